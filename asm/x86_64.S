@@ -1,0 +1,179 @@
+// goro context switch for x86_64 (System V AMD64 ABI).
+//
+// Ported in spirit from Go's runtime/asm_amd64.s (gogo, mcall, goexit) but
+// with a different representation of a suspended goroutine: instead of a
+// gobuf holding pc/sp/bp, all callee-saved state is pushed onto the
+// goroutine's own stack and the gobuf holds only the resulting stack pointer
+// (as corosensei and boost.context do). The layout shared with Rust lives in
+// runtime/arch/x86_64.rs (`SwitchFrame`), which asserts the offsets below.
+//
+// A suspended context (gobuf.sp points at the lowest word):
+//
+//     high addresses
+//     +---------------------+
+//     | return address      |  +56   where `ret` resumes the context
+//     | rbp                 |  +48
+//     | rbx                 |  +40
+//     | r12                 |  +32
+//     | r13                 |  +24
+//     | r14                 |  +16
+//     | r15                 |  +8
+//     | x87 CW | MXCSR      |  +0    [sp+4] = x87 control word, [sp] = MXCSR
+//     +---------------------+  <- gobuf.sp (16-byte aligned)
+//     low addresses
+//
+// A fresh goroutine's stack is laid out by Rust (arch::init_frame) as the
+// same frame with rbx = argument, r12 = entry function and the return address
+// = goro_gostart, so the first gogo "returns" into the trampoline.
+//
+// ABI checklist. Saved: rbx, rbp, r12-r15, rsp (in the gobuf), the MXCSR
+// control/status register and the x87 control word (both callee-saved under
+// SysV). Not saved, deliberately: caller-saved GPRs and all vector registers
+// (every switch is a call, so the caller has already spilled them), the x87
+// status word and stack (empty at a call by ABI), rflags except DF (DF is
+// clear at every call by ABI).
+
+    .text
+    .intel_syntax noprefix
+
+// fn goro_switch(save_sp: *mut usize /* rdi */, new_sp: usize /* rsi */)
+// Saves the current context into *save_sp and resumes the one at new_sp.
+// Returns when another switch/gogo resumes the saved context.
+    .globl goro_switch
+    .type goro_switch,@function
+    .p2align 4
+goro_switch:
+    .cfi_startproc
+    push rbp                        // callee-saved frame pointer
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset rbp, 0
+    push rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset rbx, 0
+    push r12
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r12, 0
+    push r13
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r13, 0
+    push r14
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r14, 0
+    push r15
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r15, 0
+    sub rsp, 8                      // room for MXCSR + x87 CW
+    .cfi_adjust_cfa_offset 8
+    stmxcsr [rsp]                   // MXCSR (rounding mode, FTZ/DAZ, masks)
+    fnstcw [rsp + 4]                // x87 control word
+    mov [rdi], rsp                  // *save_sp = sp: this context is now suspended
+    mov rsp, rsi                    // adopt the target's stack
+    jmp goro_restore                // pop the target's frame and return into it
+    .cfi_endproc
+    .size goro_switch, .-goro_switch
+
+// fn goro_gogo(sp: usize /* rdi */) -> !
+// Go's gogo: resume the suspended context at sp. The current context is
+// abandoned (used on g0, whose frames are discarded at every mcall).
+    .globl goro_gogo
+    .type goro_gogo,@function
+    .p2align 4
+goro_gogo:
+    .cfi_startproc
+    mov rsp, rdi                    // adopt the target's stack
+    jmp goro_restore
+    .cfi_endproc
+    .size goro_gogo, .-goro_gogo
+
+// goro_restore: internal tail of switch/gogo. rsp points at a SwitchFrame.
+    .type goro_restore,@function
+    .p2align 4
+goro_restore:
+    .cfi_startproc
+    .cfi_def_cfa rsp, 64            // CFA = sp + frame size (56) + return address (8)
+    .cfi_offset rbp, -16
+    .cfi_offset rbx, -24
+    .cfi_offset r12, -32
+    .cfi_offset r13, -40
+    .cfi_offset r14, -48
+    .cfi_offset r15, -56
+    ldmxcsr [rsp]                   // MXCSR
+    fldcw [rsp + 4]                 // x87 control word
+    add rsp, 8
+    .cfi_def_cfa rsp, 56
+    pop r15
+    .cfi_def_cfa rsp, 48
+    pop r14
+    .cfi_def_cfa rsp, 40
+    pop r13
+    .cfi_def_cfa rsp, 32
+    pop r12
+    .cfi_def_cfa rsp, 24
+    pop rbx
+    .cfi_def_cfa rsp, 16
+    pop rbp
+    .cfi_def_cfa rsp, 8
+    ret                             // into the resumed context
+    .cfi_endproc
+    .size goro_restore, .-goro_restore
+
+// fn goro_mcall(save_sp: *mut usize /* rdi */, g0_sp: usize /* rsi */,
+//               f: extern "C" fn(*mut u8) -> ! /* rdx */, arg: *mut u8 /* rcx */)
+// Go's mcall: save the current goroutine's context into *save_sp, switch to
+// the M's g0 stack at g0_sp (its fixed base: earlier g0 frames are dead) and
+// call f(arg) there. f must never return; the goroutine resumes later when
+// the scheduler gogo's its saved sp, which returns from goro_mcall.
+    .globl goro_mcall
+    .type goro_mcall,@function
+    .p2align 4
+goro_mcall:
+    .cfi_startproc
+    push rbp
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset rbp, 0
+    push rbx
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset rbx, 0
+    push r12
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r12, 0
+    push r13
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r13, 0
+    push r14
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r14, 0
+    push r15
+    .cfi_adjust_cfa_offset 8
+    .cfi_rel_offset r15, 0
+    sub rsp, 8
+    .cfi_adjust_cfa_offset 8
+    stmxcsr [rsp]
+    fnstcw [rsp + 4]
+    mov [rdi], rsp                  // *save_sp = sp: the goroutine is suspended
+    mov rsp, rsi                    // onto g0's stack (16-byte aligned base)
+    .cfi_undefined rip              // g0 frames below do not unwind into the G
+    mov rdi, rcx                    // f's argument
+    call rdx                        // f(arg): never returns
+    ud2                             // crash if it did
+    .cfi_endproc
+    .size goro_mcall, .-goro_mcall
+
+// goro_gostart: first code a new goroutine runs, reached by the `ret` of
+// goro_restore on a frame built by arch::init_frame. rbx = argument,
+// r12 = extern "C" fn(*mut u8) -> ! entry. The entry runs the closure and
+// exits through goexit (mcall), so it never returns. The undefined return
+// address ends backtraces and unwinding here: the bottom of a goroutine.
+    .globl goro_gostart
+    .type goro_gostart,@function
+    .p2align 4
+goro_gostart:
+    .cfi_startproc
+    .cfi_undefined rip              // outermost frame of the goroutine
+    mov rdi, rbx                    // entry argument
+    call r12                        // entry(arg): never returns
+    ud2
+    .cfi_endproc
+    .size goro_gostart, .-goro_gostart
+
+    .att_syntax prefix

@@ -1,0 +1,243 @@
+//! goro rows. Shapes mirror benches/go/main.go line for line.
+
+use crate::common::*;
+use goro::{Receiver, Sender};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn config(procs: usize) -> goro::Config {
+    goro::Config::from_env().max_procs(procs)
+}
+
+pub fn run(w: &Work) -> Res {
+    let (n, procs) = (w.n, w.procs);
+    match w.name {
+        "switch" => switch(n),
+        "yield" => goro::run_with(config(procs), move || yield_pingpong(n)),
+        "spawn" => goro::run_with(config(procs), move || spawn_chain(n)),
+        "spawn_wait" => goro::run_with(config(procs), move || spawn_wait(n)),
+        "chansync" => goro::run_with(config(procs), move || chansync(n)),
+        "prodcons100" => goro::run_with(config(procs), move || prodcons(n, 100, procs)),
+        "threadring" => goro::run_with(config(procs), move || threadring(n)),
+        "select2" => goro::run_with(config(procs), move || select2(n)),
+        "rss" => goro::run_with(config(procs), move || rss(n)),
+        other => Err(format!("unknown workload {other}")),
+    }
+}
+
+#[cfg(feature = "goro_switch")]
+fn switch(n: u64) -> Res {
+    // Raw stack-switch round trip, no scheduler involved.
+    let _ = goro::__bench::raw_switch_pair(n / 10); // warm up
+    let d: Duration = goro::__bench::raw_switch_pair(n);
+    Ok(Out::per_op(d, n))
+}
+
+#[cfg(not(feature = "goro_switch"))]
+fn switch(_n: u64) -> Res {
+    Err("goro::__bench::raw_switch_pair-missing(built-without-goro_switch)".into())
+}
+
+/// Two goroutines on one P, each calling yield_now n times. ns per yield.
+fn yield_pingpong(n: u64) -> Res {
+    let t = Instant::now();
+    let hs: Vec<_> = (0..2)
+        .map(|_| {
+            goro::spawn(move || {
+                for _ in 0..n {
+                    goro::yield_now();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().map_err(|_| "goroutine panicked".to_string())?;
+    }
+    Ok(Out::per_op(t.elapsed(), 2 * n))
+}
+
+/// BenchmarkCreateGoroutines (procs=1): each goroutine spawns the next.
+fn chain(n: u64, done: Sender<()>) {
+    if n == 0 {
+        let _ = done.send(());
+        return;
+    }
+    drop(goro::spawn(move || chain(n - 1, done)));
+}
+
+fn spawn_chain(n: u64) -> Res {
+    let (tx, rx) = goro::chan::<()>(0);
+    let t = Instant::now();
+    drop(goro::spawn(move || chain(n, tx)));
+    rx.recv().map_err(|_| "chain: done channel closed")?;
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+/// Spawn n goroutines from one goroutine, each signals a counting channel
+/// (buffered, cap n); then receive n times.
+fn spawn_wait(n: u64) -> Res {
+    let (tx, rx) = goro::chan::<()>(n as usize);
+    let t = Instant::now();
+    for _ in 0..n {
+        let tx = tx.clone();
+        drop(goro::spawn(move || {
+            let _ = tx.send(());
+        }));
+    }
+    for _ in 0..n {
+        rx.recv().map_err(|_| "spawn_wait: channel closed")?;
+    }
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+/// BenchmarkChanSync: two goroutines ping-pong over ONE unbuffered channel.
+fn chansync(n: u64) -> Res {
+    let procs: i64 = 2;
+    let batches = Arc::new(AtomicI64::new(n as i64 / CALLS_PER_SCHED / procs * procs));
+    let (ctx, crx) = goro::chan::<bool>(procs as usize);
+    let (tx, rx) = goro::chan::<i32>(0);
+    let t = Instant::now();
+    for _ in 0..procs {
+        let (batches, ctx, tx, rx) = (batches.clone(), ctx.clone(), tx.clone(), rx.clone());
+        drop(goro::spawn(move || {
+            loop {
+                let i = batches.fetch_sub(1, SeqCst) - 1;
+                if i < 0 {
+                    break;
+                }
+                for _ in 0..CALLS_PER_SCHED {
+                    if i % 2 == 0 {
+                        rx.recv().unwrap();
+                        tx.send(0).unwrap();
+                    } else {
+                        tx.send(0).unwrap();
+                        rx.recv().unwrap();
+                    }
+                }
+            }
+            ctx.send(true).unwrap();
+        }));
+    }
+    for _ in 0..procs {
+        crx.recv().unwrap();
+    }
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+/// benchmarkChanProdCons(chanSize, localWork=0): procs producers and procs
+/// consumers on one channel of capacity `cap`.
+fn prodcons(n: u64, cap: usize, procs: usize) -> Res {
+    let batches = Arc::new(AtomicI64::new(n as i64 / CALLS_PER_SCHED));
+    let (ctx, crx) = goro::chan::<bool>(2 * procs);
+    let (tx, rx) = goro::chan::<i32>(cap);
+    let t = Instant::now();
+    for _ in 0..procs {
+        let (batches, ctx1, tx) = (batches.clone(), ctx.clone(), tx.clone());
+        drop(goro::spawn(move || {
+            while batches.fetch_sub(1, SeqCst) - 1 >= 0 {
+                for _ in 0..CALLS_PER_SCHED {
+                    tx.send(1).unwrap();
+                }
+            }
+            tx.send(0).unwrap();
+            ctx1.send(false).unwrap();
+        }));
+        let (ctx2, rx) = (ctx.clone(), rx.clone());
+        drop(goro::spawn(move || {
+            loop {
+                if rx.recv().unwrap() == 0 {
+                    break;
+                }
+            }
+            ctx2.send(false).unwrap();
+        }));
+    }
+    for _ in 0..2 * procs {
+        crx.recv().unwrap();
+    }
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+/// benchmarks-game thread-ring: 503 goroutines, unbuffered channel each.
+fn threadring(n: u64) -> Res {
+    let (done_tx, done_rx) = goro::chan::<usize>(0);
+    let chans: Vec<(Sender<u64>, Receiver<u64>)> = (0..RING).map(|_| goro::chan(0)).collect();
+    for i in 0..RING {
+        let rx = chans[i].1.clone();
+        let next = chans[(i + 1) % RING].0.clone();
+        let done = done_tx.clone();
+        drop(goro::spawn(move || loop {
+            let Ok(tok) = rx.recv() else { return };
+            if tok == 0 {
+                let _ = done.send(i + 1);
+                return;
+            }
+            if next.send(tok - 1).is_err() {
+                return;
+            }
+        }));
+    }
+    let first = chans[0].0.clone();
+    drop(chans); // ring closes itself (cascade) once the winner exits
+    let t = Instant::now();
+    first.send(n).map_err(|_| "ring closed")?;
+    let id = done_rx.recv().map_err(|_| "done closed")?;
+    ring_out(t.elapsed(), n, id)
+}
+
+/// One goroutine selecting over two unbuffered channels, each fed by its own
+/// sender goroutine (n/2 values each). ns per received value.
+fn select2(n: u64) -> Res {
+    let half = n / 2;
+    let (atx, arx) = goro::chan::<u64>(0);
+    let (btx, brx) = goro::chan::<u64>(0);
+    let t = Instant::now();
+    for tx in [atx.clone(), btx.clone()] {
+        drop(goro::spawn(move || {
+            for i in 0..half {
+                tx.send(i).unwrap();
+            }
+        }));
+    }
+    let (mut got, mut na) = (0u64, 0u64);
+    while got < 2 * half {
+        goro::select! {
+            recv(arx) -> v => { v.unwrap(); got += 1; na += 1; },
+            recv(brx) -> v => { v.unwrap(); got += 1; },
+        }
+    }
+    let d = t.elapsed();
+    drop((atx, btx)); // keep both channels open (never closed in Go) until done
+    Ok(Out::per_op(d, got).with("from_a", na))
+}
+
+/// n goroutines parked on a receive from one channel; VmRSS delta / n.
+fn rss(n: u64) -> Res {
+    let (tx, rx) = goro::chan::<()>(0);
+    let started = Arc::new(AtomicU64::new(0));
+    let exited = Arc::new(AtomicU64::new(0));
+    goro::time::sleep(Duration::from_millis(20));
+    let before = vm_rss();
+    for _ in 0..n {
+        let (rx, started, exited) = (rx.clone(), started.clone(), exited.clone());
+        drop(goro::spawn(move || {
+            started.fetch_add(1, SeqCst);
+            let _ = rx.recv();
+            exited.fetch_add(1, SeqCst);
+        }));
+    }
+    while started.load(SeqCst) < n {
+        goro::time::sleep(Duration::from_millis(1));
+    }
+    goro::time::sleep(Duration::from_millis(50));
+    let after = vm_rss();
+    let live = goro::num_goroutine();
+    tx.close();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while exited.load(SeqCst) < n && Instant::now() < deadline {
+        goro::time::sleep(Duration::from_millis(1));
+    }
+    let woke = exited.load(SeqCst);
+    Ok(rss_out(before, after, n)?.with("num_goroutine", live).with("woken_after_close", woke))
+}

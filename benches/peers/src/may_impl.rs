@@ -1,0 +1,272 @@
+//! may rows (stackful coroutines, work-stealing scheduler).
+//!
+//! may's channels are unbounded MPSC/MPMC queues only (no rendezvous, no
+//! bounded capacity), and its `select!` spawns one helper coroutine per arm.
+//! The emulations used below are documented in benches/peers/README.md.
+
+use crate::common::*;
+use may::sync::{mpmc, mpsc, Semphore};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::*};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn run(w: &Work) -> Res {
+    let (n, procs) = (w.n, w.procs);
+    may::config().set_workers(procs);
+    let name = w.name.to_string();
+    let body = move || -> Res {
+        match name.as_str() {
+            "switch" => not_applicable("may exposes no raw context switch"),
+            "yield" => yield_pingpong(n),
+            "spawn" => spawn_chain(n),
+            "spawn_wait" => spawn_wait(n),
+            "chansync" => chansync(n),
+            "prodcons100" => prodcons(n, 100, procs),
+            "threadring" => threadring(n),
+            "select2" => select2(n),
+            "rss" => rss(n),
+            other => Err(format!("unknown workload {other}")),
+        }
+    };
+    // Run the measured body as a coroutine, like Go's benchmark goroutine.
+    match may::go!(body).join() {
+        Ok(r) => r,
+        Err(_) => Err("may coroutine panicked".into()),
+    }
+}
+
+fn yield_pingpong(n: u64) -> Res {
+    let t = Instant::now();
+    let hs: Vec<_> = (0..2)
+        .map(|_| {
+            may::go!(move || {
+                for _ in 0..n {
+                    may::coroutine::yield_now();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().map_err(|_| "coroutine panicked".to_string())?;
+    }
+    Ok(Out::per_op(t.elapsed(), 2 * n))
+}
+
+fn chain(n: u64, done: mpsc::Sender<()>) {
+    if n == 0 {
+        let _ = done.send(());
+        return;
+    }
+    drop(may::go!(move || chain(n - 1, done)));
+}
+
+fn spawn_chain(n: u64) -> Res {
+    let (tx, rx) = mpsc::channel::<()>();
+    let t = Instant::now();
+    drop(may::go!(move || chain(n, tx)));
+    rx.recv().map_err(|_| "done closed")?;
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+fn spawn_wait(n: u64) -> Res {
+    let (tx, rx) = mpsc::channel::<()>();
+    let t = Instant::now();
+    for _ in 0..n {
+        let tx = tx.clone();
+        drop(may::go!(move || {
+            let _ = tx.send(());
+        }));
+    }
+    for _ in 0..n {
+        rx.recv().map_err(|_| "closed")?;
+    }
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+/// ChanSync shape, but may has no rendezvous channel: one unbounded queue per
+/// direction. The role with even batch index receives on `ab` and sends on
+/// `ba`, the odd role the reverse, so the message flow equals Go's (each
+/// message is received by the other goroutine before it sends again).
+fn chansync(n: u64) -> Res {
+    let procs: i64 = 2;
+    let batches = Arc::new(AtomicI64::new(n as i64 / CALLS_PER_SCHED / procs * procs));
+    let (ctx, crx) = mpsc::channel::<bool>();
+    let (ab_tx, ab_rx) = mpmc::channel::<i32>();
+    let (ba_tx, ba_rx) = mpmc::channel::<i32>();
+    let t = Instant::now();
+    for _ in 0..procs {
+        let (batches, ctx) = (batches.clone(), ctx.clone());
+        let (ab_tx, ab_rx, ba_tx, ba_rx) = (ab_tx.clone(), ab_rx.clone(), ba_tx.clone(), ba_rx.clone());
+        drop(may::go!(move || {
+            loop {
+                let i = batches.fetch_sub(1, SeqCst) - 1;
+                if i < 0 {
+                    break;
+                }
+                for _ in 0..CALLS_PER_SCHED {
+                    if i % 2 == 0 {
+                        ab_rx.recv().unwrap();
+                        ba_tx.send(0).unwrap();
+                    } else {
+                        ab_tx.send(0).unwrap();
+                        ba_rx.recv().unwrap();
+                    }
+                }
+            }
+            ctx.send(true).unwrap();
+        }));
+    }
+    for _ in 0..procs {
+        crx.recv().unwrap();
+    }
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+/// Bounded MPMC channel emulated on may: an unbounded mpmc queue plus a
+/// counting semaphore holding the free slots.
+#[derive(Clone)]
+struct Bounded<T> {
+    tx: mpmc::Sender<T>,
+    rx: mpmc::Receiver<T>,
+    slots: Arc<Semphore>,
+}
+
+impl<T> Bounded<T> {
+    fn new(cap: usize) -> Self {
+        let (tx, rx) = mpmc::channel();
+        Bounded { tx, rx, slots: Arc::new(Semphore::new(cap)) }
+    }
+    fn send(&self, v: T) {
+        self.slots.wait();
+        self.tx.send(v).ok().unwrap();
+    }
+    fn recv(&self) -> T {
+        let v = self.rx.recv().unwrap();
+        self.slots.post();
+        v
+    }
+}
+
+fn prodcons(n: u64, cap: usize, procs: usize) -> Res {
+    let batches = Arc::new(AtomicI64::new(n as i64 / CALLS_PER_SCHED));
+    let (ctx, crx) = mpsc::channel::<bool>();
+    let ch = Bounded::<i32>::new(cap);
+    let t = Instant::now();
+    for _ in 0..procs {
+        let (batches, ctx1, ch1) = (batches.clone(), ctx.clone(), ch.clone());
+        drop(may::go!(move || {
+            while batches.fetch_sub(1, SeqCst) - 1 >= 0 {
+                for _ in 0..CALLS_PER_SCHED {
+                    ch1.send(1);
+                }
+            }
+            ch1.send(0);
+            ctx1.send(false).unwrap();
+        }));
+        let (ctx2, ch2) = (ctx.clone(), ch.clone());
+        drop(may::go!(move || {
+            while ch2.recv() != 0 {}
+            ctx2.send(false).unwrap();
+        }));
+    }
+    for _ in 0..2 * procs {
+        crx.recv().unwrap();
+    }
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+fn threadring(n: u64) -> Res {
+    let (done_tx, done_rx) = mpsc::channel::<usize>();
+    let mut txs = Vec::with_capacity(RING);
+    let mut rxs = Vec::with_capacity(RING);
+    for _ in 0..RING {
+        let (tx, rx) = mpsc::channel::<u64>();
+        txs.push(tx);
+        rxs.push(Some(rx));
+    }
+    for i in 0..RING {
+        let rx = rxs[i].take().unwrap();
+        let next = txs[(i + 1) % RING].clone();
+        let done = done_tx.clone();
+        drop(may::go!(move || loop {
+            let Ok(tok) = rx.recv() else { return };
+            if tok == 0 {
+                let _ = done.send(i + 1);
+                return;
+            }
+            if next.send(tok - 1).is_err() {
+                return;
+            }
+        }));
+    }
+    let first = txs[0].clone();
+    drop(txs);
+    let t = Instant::now();
+    first.send(n).map_err(|_| "ring closed")?;
+    let id = done_rx.recv().map_err(|_| "done closed")?;
+    ring_out(t.elapsed(), n, id)
+}
+
+/// may::select! (one helper coroutine per arm, losers cancelled). A helper
+/// that already received before being cancelled still runs its arm body, so
+/// values are counted in the arm bodies.
+fn select2(n: u64) -> Res {
+    let half = n / 2;
+    let (atx, arx) = mpmc::channel::<u64>();
+    let (btx, brx) = mpmc::channel::<u64>();
+    let t = Instant::now();
+    for tx in [atx.clone(), btx.clone()] {
+        drop(may::go!(move || {
+            for i in 0..half {
+                tx.send(i).unwrap();
+            }
+        }));
+    }
+    let got = AtomicU64::new(0);
+    let na = AtomicU64::new(0);
+    while got.load(Relaxed) < 2 * half {
+        may::select!(
+            v = arx.recv() => { v.unwrap(); got.fetch_add(1, Relaxed); na.fetch_add(1, Relaxed); },
+            v = brx.recv() => { v.unwrap(); got.fetch_add(1, Relaxed); }
+        );
+    }
+    let d = t.elapsed();
+    drop((atx, btx));
+    Ok(Out::per_op(d, got.load(Relaxed)).with("from_a", na.load(Relaxed)))
+}
+
+fn rss(n: u64) -> Res {
+    let (tx, rx) = mpmc::channel::<()>();
+    let started = Arc::new(AtomicU64::new(0));
+    may::coroutine::sleep(Duration::from_millis(20));
+    let before = vm_rss();
+    let mut handles = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let (rx, started) = (rx.clone(), started.clone());
+        let b = may::coroutine::Builder::new();
+        // SAFETY: the closure uses no thread-local storage.
+        let r = unsafe {
+            b.spawn(move || {
+                started.fetch_add(1, SeqCst);
+                let _ = rx.recv();
+            })
+        };
+        match r {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                let max_map = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap_or_default();
+                return Err(format!(
+                    "spawn-failed-at-coroutine-{i}: {e} (vm.max_map_count={}; each may stack is an mmap with a guard page)",
+                    max_map.trim()
+                ));
+            }
+        }
+    }
+    while started.load(SeqCst) < n {
+        may::coroutine::sleep(Duration::from_millis(1));
+    }
+    may::coroutine::sleep(Duration::from_millis(50));
+    let after = vm_rss();
+    drop(tx);
+    rss_out(before, after, n)
+}

@@ -1,0 +1,124 @@
+//! Context switching: the binding to the hand-written assembly in `asm/`.
+//!
+//! Go's gogo/mcall, with one representation for a suspended context: all
+//! callee-saved state is pushed on the context's own stack and the only
+//! thing kept elsewhere is the resulting stack pointer (the `Gobuf`). The
+//! per-architecture module (one file per arch, swapped whole) owns the frame
+//! layout and builds the first frame of a new goroutine.
+
+#[cfg(target_arch = "aarch64")]
+#[path = "aarch64.rs"]
+mod imp;
+#[cfg(target_arch = "x86_64")]
+#[path = "x86_64.rs"]
+mod imp;
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("goro supports only x86_64 and aarch64");
+
+pub(crate) use imp::SwitchFrame;
+
+/// Entry point of a goroutine's first run, called by `goro_gostart` on the
+/// goroutine's own stack. Must never return (it ends in goexit).
+pub(crate) type EntryFn = unsafe extern "C" fn(arg: *mut u8) -> !;
+
+/// Function run on g0 by [`mcall`]. Must never return.
+pub(crate) type McallFn = unsafe extern "C" fn(arg: *mut u8) -> !;
+
+/// A suspended execution context: the stack pointer at which a
+/// [`SwitchFrame`] was pushed. Go's gobuf (which also holds pc, bp, ctxt: here
+/// they live in the frame on the stack).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct Gobuf {
+    /// Stack pointer of the suspended context, 16-byte aligned; 0 when the
+    /// context is running or has never been created.
+    pub(crate) sp: usize,
+}
+
+extern "C" {
+    fn goro_switch(save_sp: *mut usize, new_sp: usize);
+    fn goro_gogo(sp: usize) -> !;
+    fn goro_mcall(save_sp: *mut usize, g0_sp: usize, f: McallFn, arg: *mut u8);
+    fn goro_gostart();
+}
+
+/// Symmetric switch: suspend the current context into `save` and resume the
+/// context whose stack pointer is `to`. Returns when something resumes `save`.
+///
+/// # Safety
+/// `to` must be the sp of a suspended context (saved by `switch`, `mcall` or
+/// built by [`init_frame`]) that nothing else resumes concurrently, and its
+/// stack must stay mapped while it runs.
+#[inline(always)]
+pub(crate) unsafe fn switch(save: *mut Gobuf, to: usize) {
+    // SAFETY: guaranteed by the caller; `Gobuf` is repr(C) with sp first.
+    unsafe { goro_switch(save.cast(), to) }
+}
+
+/// Go's gogo: abandon the current context and resume `sp`.
+///
+/// # Safety
+/// As for [`switch`]; additionally the current stack's frames are dead after
+/// this call (only g0 does this: its frames are discarded at every mcall).
+#[inline(always)]
+pub(crate) unsafe fn gogo(sp: usize) -> ! {
+    // SAFETY: guaranteed by the caller.
+    unsafe { goro_gogo(sp) }
+}
+
+/// Go's mcall: suspend the current goroutine into `save`, switch to the g0
+/// stack at `g0_sp` and run `f(arg)` there. Returns when the goroutine is
+/// resumed with gogo.
+///
+/// # Safety
+/// `g0_sp` must be the 16-byte aligned base of the current M's g0 stack with
+/// no live frames below it; `f` must not return; `save` must stay valid until
+/// the goroutine is resumed.
+#[inline(always)]
+pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, f: McallFn, arg: *mut u8) {
+    // SAFETY: guaranteed by the caller.
+    unsafe { goro_mcall(save.cast(), g0_sp, f, arg) }
+}
+
+/// Lays out the first frame of a new context below `top` so that resuming it
+/// calls `entry(arg)` on that stack. Returns the sp to resume.
+///
+/// # Safety
+/// `top` must be 16-byte aligned, writable, with at least
+/// `size_of::<SwitchFrame>()` bytes below it.
+pub(crate) unsafe fn init_frame(top: usize, entry: EntryFn, arg: *mut u8) -> usize {
+    let sp = (top - core::mem::size_of::<SwitchFrame>()) & !15;
+    let frame = SwitchFrame::new(entry, arg, goro_gostart as usize);
+    // SAFETY: the caller guarantees [sp, top) is writable and aligned.
+    unsafe { (sp as *mut SwitchFrame).write(frame) };
+    sp
+}
+
+/// Benchmark: `iters` round trips main -> coroutine -> main with [`switch`].
+pub(crate) fn bench_switch(iters: u64) -> std::time::Duration {
+    struct Ctx {
+        main: Gobuf,
+        co: Gobuf,
+    }
+    unsafe extern "C" fn co_entry(arg: *mut u8) -> ! {
+        let ctx = arg.cast::<Ctx>();
+        loop {
+            // SAFETY: ctx outlives the benchmark; main resumes us each time.
+            unsafe { switch(&mut (*ctx).co, (*ctx).main.sp) };
+        }
+    }
+    let st = crate::stack::alloc(crate::stack::round_size(64 << 10)).expect("bench stack");
+    let mut ctx = Ctx { main: Gobuf::default(), co: Gobuf::default() };
+    let ctxp: *mut Ctx = &mut ctx;
+    // SAFETY: fresh stack; top is 16-byte aligned.
+    ctx.co.sp = unsafe { init_frame(st.hi, co_entry, ctxp.cast()) };
+    let t0 = std::time::Instant::now();
+    for _ in 0..iters {
+        // SAFETY: the coroutine context is suspended and only we resume it.
+        unsafe { switch(&mut (*ctxp).main, (*ctxp).co.sp) };
+    }
+    let el = t0.elapsed();
+    crate::stack::free(st);
+    el
+}

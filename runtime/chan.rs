@@ -1,0 +1,829 @@
+//! Channels: Go's chan.go, untyped core plus typed `Sender`/`Receiver`.
+//!
+//! The core (`Hchan`) is Go's hchan: one lock, a ring buffer of `dataqsiz`
+//! elements, and wait queues of sudogs for blocked receivers and senders.
+//! Elements move by memcpy, as Go's typedmemmove: the source is treated as
+//! moved-out afterwards. A sender finding a waiting receiver copies straight
+//! into the receiver's slot on its stack and readies it (direct hand-off), and
+//! vice versa, so an unbuffered exchange touches the buffer never and the
+//! lock once per side.
+//!
+//! Waiters are goroutines (parked with gopark, readied with goready) or plain
+//! OS threads (parked on a `Parker`): the queues do not care which.
+//!
+//! Close: receivers drain buffered values, then get `RecvError`; blocked and
+//! later senders get their value back in `SendError`. Dropping the last
+//! Sender closes; dropping the last Receiver closes and drops buffered values.
+
+use crate::park::{self, Parker};
+use crate::sudog::{Sudog, WaitQ};
+use core::cell::UnsafeCell;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
+use core::ptr;
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use parking_lot::lock_api::RawMutex as _;
+use std::alloc::Layout;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Untyped channel (Go's hchan).
+pub(crate) struct Hchan {
+    /// Guards `st` and the buffer contents (Go's c.lock). A raw lock so that
+    /// gopark's unlock function can release it on g0.
+    pub(crate) lock: parking_lot::RawMutex,
+    st: UnsafeCell<State>,
+    /// Elements in the buffer; written under lock, read racily by fast paths.
+    qcount: AtomicUsize,
+    /// Closed flag; written under lock, read racily by fast paths (Go's
+    /// c.closed). Acquire/Release so a racy "closed" also shows the drain.
+    closed: AtomicBool,
+    /// Buffer capacity in elements (0 = unbuffered).
+    pub(crate) dataqsiz: usize,
+    elemsize: usize,
+    buf: *mut u8,
+    layout: Layout,
+    drop_elem: unsafe fn(*mut u8),
+    /// Live Sender / Receiver handles.
+    senders: AtomicUsize,
+    receivers: AtomicUsize,
+}
+
+struct State {
+    sendx: usize,
+    recvx: usize,
+    recvq: WaitQ,
+    sendq: WaitQ,
+}
+
+// SAFETY: all mutable state is under `lock` or atomic; elements are Send
+// (enforced by the typed wrappers).
+unsafe impl Send for Hchan {}
+// SAFETY: as above.
+unsafe impl Sync for Hchan {}
+
+unsafe fn drop_as<T>(p: *mut u8) {
+    // SAFETY: the caller passes a valid initialised T.
+    unsafe { ptr::drop_in_place(p.cast::<T>()) }
+}
+
+/// Outcome of a non-blocking attempt.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) enum Try {
+    Done,
+    WouldBlock,
+    Closed,
+}
+
+impl Hchan {
+    fn new<T>(cap: usize) -> Hchan {
+        let layout = Layout::array::<T>(cap).unwrap_or_else(|_| crate::throw::throw("makechan: size out of range"));
+        let buf = if layout.size() == 0 {
+            ptr::NonNull::<T>::dangling().as_ptr().cast()
+        } else {
+            // SAFETY: non-zero size layout.
+            let p = unsafe { std::alloc::alloc(layout) };
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            p
+        };
+        Hchan {
+            lock: parking_lot::RawMutex::INIT,
+            st: UnsafeCell::new(State { sendx: 0, recvx: 0, recvq: WaitQ::new(), sendq: WaitQ::new() }),
+            qcount: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            dataqsiz: cap,
+            elemsize: core::mem::size_of::<T>(),
+            buf,
+            layout,
+            drop_elem: drop_as::<T>,
+            senders: AtomicUsize::new(1),
+            receivers: AtomicUsize::new(1),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lock(&self) {
+        self.lock.lock();
+    }
+
+    /// # Safety
+    /// The caller holds the lock.
+    #[inline]
+    pub(crate) unsafe fn unlock(&self) {
+        // SAFETY: guaranteed by the caller.
+        unsafe { self.lock.unlock() };
+    }
+
+    /// # Safety
+    /// The caller holds the lock; the reference must not outlive it.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn st(&self) -> &mut State {
+        // SAFETY: guaranteed by the caller.
+        unsafe { &mut *self.st.get() }
+    }
+
+    #[inline]
+    fn slot(&self, i: usize) -> *mut u8 {
+        // i < dataqsiz; ZST: elemsize 0 keeps the dangling pointer.
+        self.buf.wrapping_add(i * self.elemsize)
+    }
+
+    #[inline]
+    fn copy(&self, src: *const u8, dst: *mut u8) {
+        // SAFETY: both point to elemsize bytes of T storage owned by the
+        // two sides of this transfer, which never overlap.
+        unsafe { ptr::copy_nonoverlapping(src, dst, self.elemsize) };
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.qcount.load(Ordering::Relaxed)
+    }
+
+    /// Go's full(): a send would block (racy; used by fast paths only).
+    fn full(&self) -> bool {
+        if self.dataqsiz == 0 {
+            // SAFETY: racy read of the queue head, as in Go's full();
+            // only a hint for the non-blocking fast path.
+            return unsafe { (*self.st.get()).recvq.first_racy().is_null() };
+        }
+        self.qcount.load(Ordering::Relaxed) == self.dataqsiz
+    }
+
+    /// Go's empty(): a receive would block (racy hint).
+    fn empty(&self) -> bool {
+        if self.dataqsiz == 0 {
+            // SAFETY: as in `full`.
+            return unsafe { (*self.st.get()).sendq.first_racy().is_null() };
+        }
+        self.qcount.load(Ordering::Relaxed) == 0
+    }
+
+    /// Locked part of a send: hand off to a waiting receiver or buffer.
+    /// The lock stays held; on a hand-off the returned sudog must be readied
+    /// (`Sudog::ready`) after unlocking.
+    ///
+    /// # Safety
+    /// The lock is held; `ep` points to an initialised T that is treated as
+    /// moved-out when Done is returned.
+    pub(crate) unsafe fn send_locked(&self, ep: *const u8) -> (Try, *mut Sudog) {
+        // SAFETY: lock held.
+        let st = unsafe { self.st() };
+        if self.closed.load(Ordering::Relaxed) {
+            return (Try::Closed, ptr::null_mut());
+        }
+        let sg = st.recvq.dequeue();
+        if !sg.is_null() {
+            // Direct hand-off into the waiting receiver's slot.
+            // SAFETY: sg was dequeued by us: its waiter is parked and its
+            // fields are ours until it is readied.
+            unsafe {
+                self.copy(ep, (*sg).elem);
+                (*sg).success = true;
+            }
+            return (Try::Done, sg);
+        }
+        if self.qcount.load(Ordering::Relaxed) < self.dataqsiz {
+            self.copy(ep, self.slot(st.sendx));
+            st.sendx += 1;
+            if st.sendx == self.dataqsiz {
+                st.sendx = 0;
+            }
+            self.qcount.fetch_add(1, Ordering::Relaxed);
+            return (Try::Done, ptr::null_mut());
+        }
+        (Try::WouldBlock, ptr::null_mut())
+    }
+
+    /// Locked part of a receive: take from a waiting sender (through the
+    /// buffer if any) or from the buffer. The lock stays held; a returned
+    /// sudog must be readied after unlocking.
+    ///
+    /// # Safety
+    /// The lock is held; `ep` points to writable storage for a T, which is
+    /// initialised when Done is returned.
+    pub(crate) unsafe fn recv_locked(&self, ep: *mut u8) -> (Try, *mut Sudog) {
+        // SAFETY: lock held.
+        let st = unsafe { self.st() };
+        if self.closed.load(Ordering::Relaxed) && self.qcount.load(Ordering::Relaxed) == 0 {
+            return (Try::Closed, ptr::null_mut());
+        }
+        let sg = st.sendq.dequeue();
+        if !sg.is_null() {
+            // SAFETY: as in send_locked.
+            unsafe {
+                if self.dataqsiz == 0 {
+                    self.copy((*sg).elem, ep);
+                } else {
+                    // Buffer full: take the head, put the sender's value
+                    // at the tail (the same slot, since the ring is full).
+                    let s = self.slot(st.recvx);
+                    self.copy(s, ep);
+                    self.copy((*sg).elem, s);
+                    st.recvx += 1;
+                    if st.recvx == self.dataqsiz {
+                        st.recvx = 0;
+                    }
+                    st.sendx = st.recvx;
+                }
+                (*sg).success = true;
+            }
+            return (Try::Done, sg);
+        }
+        if self.qcount.load(Ordering::Relaxed) > 0 {
+            self.copy(self.slot(st.recvx), ep);
+            st.recvx += 1;
+            if st.recvx == self.dataqsiz {
+                st.recvx = 0;
+            }
+            self.qcount.fetch_sub(1, Ordering::Relaxed);
+            return (Try::Done, ptr::null_mut());
+        }
+        (Try::WouldBlock, ptr::null_mut())
+    }
+
+    /// Queues `sg` as a blocked sender / receiver.
+    ///
+    /// # Safety
+    /// The lock is held; `sg` stays live until dequeued or removed.
+    pub(crate) unsafe fn enqueue(&self, sg: *mut Sudog, is_send: bool) {
+        // SAFETY: lock held.
+        let st = unsafe { self.st() };
+        if is_send {
+            st.sendq.enqueue(sg)
+        } else {
+            st.recvq.enqueue(sg)
+        }
+    }
+
+    /// Removes `sg` from the send / receive queue if still queued.
+    ///
+    /// # Safety
+    /// The lock is held; `sg` is live.
+    pub(crate) unsafe fn dequeue_sudog(&self, sg: *mut Sudog, is_send: bool) {
+        // SAFETY: lock held.
+        let st = unsafe { self.st() };
+        if is_send {
+            st.sendq.remove(sg)
+        } else {
+            st.recvq.remove(sg)
+        }
+    }
+
+    /// Go's chansend. Blocking: parks the G (or the thread) until the value
+    /// is taken or the channel closes. Returns Done or Closed (value still
+    /// at `ep`), or WouldBlock when `!block`.
+    ///
+    /// # Safety
+    /// `ep` points to an initialised T, moved-out iff Done is returned.
+    pub(crate) unsafe fn send(&self, ep: *const u8, block: bool) -> Try {
+        park::preempt_check();
+        // Fast path: a non-blocking send on an open full channel fails
+        // without the lock (Go's reasoning: closed is read after full; both
+        // were true at some moment).
+        if !block && !self.closed.load(Ordering::Relaxed) && self.full() {
+            return Try::WouldBlock;
+        }
+        self.lock();
+        // SAFETY: lock held; ep per our contract.
+        let (r, sg) = unsafe { self.send_locked(ep) };
+        if r != Try::WouldBlock || !block {
+            // SAFETY: lock held; sg (if any) was dequeued by us.
+            unsafe {
+                self.unlock();
+                if !sg.is_null() {
+                    Sudog::ready(sg);
+                }
+            }
+            return r;
+        }
+        let mut parker = Parker::new();
+        let mut sg = Sudog::new_current(&mut parker, ep as *mut u8, self);
+        // SAFETY: lock held; sg lives on this stack until we are woken and
+        // no longer queued (the waker dequeues it before readying us).
+        unsafe { self.st().sendq.enqueue(&mut sg) };
+        // SAFETY: we hold the lock and are queued; park releases the lock.
+        unsafe { sg.park_unlock(self) };
+        if sg.success {
+            Try::Done
+        } else {
+            Try::Closed
+        }
+    }
+
+    /// Go's chanrecv. Returns Done (value written to `ep`), Closed (closed
+    /// and drained), or WouldBlock when `!block`.
+    ///
+    /// # Safety
+    /// `ep` points to writable storage for a T.
+    pub(crate) unsafe fn recv(&self, ep: *mut u8, block: bool) -> Try {
+        park::preempt_check();
+        if !block && self.empty() {
+            if !self.closed.load(Ordering::Acquire) {
+                return Try::WouldBlock;
+            }
+            // Closed: re-check emptiness; a value buffered before the close
+            // must still be delivered.
+            if self.empty() {
+                return Try::Closed;
+            }
+        }
+        self.lock();
+        // SAFETY: lock held; ep per our contract.
+        let (r, sg) = unsafe { self.recv_locked(ep) };
+        if r != Try::WouldBlock || !block {
+            // SAFETY: lock held; sg (if any) was dequeued by us.
+            unsafe {
+                self.unlock();
+                if !sg.is_null() {
+                    Sudog::ready(sg);
+                }
+            }
+            return r;
+        }
+        let mut parker = Parker::new();
+        let mut sg = Sudog::new_current(&mut parker, ep, self);
+        // SAFETY: as in send.
+        unsafe { self.st().recvq.enqueue(&mut sg) };
+        // SAFETY: as in send.
+        unsafe { sg.park_unlock(self) };
+        if sg.success {
+            Try::Done
+        } else {
+            Try::Closed
+        }
+    }
+
+    /// Go's closechan (idempotent): wake every waiter with success = false.
+    /// With `drop_buffered` (last Receiver gone), also drops buffered values.
+    pub(crate) fn close(&self, drop_buffered: bool) {
+        self.lock();
+        // SAFETY: lock held.
+        let st = unsafe { self.st() };
+        let was_closed = self.closed.load(Ordering::Relaxed);
+        self.closed.store(true, Ordering::Release);
+        let mut wake: Vec<*mut Sudog> = Vec::new();
+        if !was_closed {
+            loop {
+                let sg = st.recvq.dequeue();
+                if sg.is_null() {
+                    break;
+                }
+                // SAFETY: dequeued by us.
+                unsafe { (*sg).success = false };
+                wake.push(sg);
+            }
+            loop {
+                let sg = st.sendq.dequeue();
+                if sg.is_null() {
+                    break;
+                }
+                // SAFETY: dequeued by us.
+                unsafe { (*sg).success = false };
+                wake.push(sg);
+            }
+        }
+        let mut dropped: Vec<u8> = Vec::new();
+        let mut ndrop = 0;
+        if drop_buffered {
+            // Move the values out under the lock, drop them after it.
+            let n = self.qcount.swap(0, Ordering::Relaxed);
+            dropped = vec![0u8; n * self.elemsize + self.layout.align()];
+            let base = dropped.as_mut_ptr();
+            let base = base.wrapping_add(base.align_offset(self.layout.align().max(1)));
+            for i in 0..n {
+                self.copy(self.slot(st.recvx), base.wrapping_add(i * self.elemsize));
+                st.recvx = (st.recvx + 1) % self.dataqsiz.max(1);
+            }
+            ndrop = n;
+            st.sendx = st.recvx;
+            if self.elemsize == 0 {
+                dropped.clear();
+            }
+        }
+        // SAFETY: lock held.
+        unsafe { self.unlock() };
+        for sg in wake {
+            // SAFETY: each was dequeued by us.
+            unsafe { Sudog::ready(sg) };
+        }
+        if ndrop > 0 {
+            let base = dropped.as_mut_ptr();
+            let base = base.wrapping_add(base.align_offset(self.layout.align().max(1)));
+            for i in 0..ndrop {
+                // SAFETY: each holds a moved-out T (ZSTs: dangling is fine).
+                unsafe { (self.drop_elem)(if self.elemsize == 0 { self.buf } else { base.wrapping_add(i * self.elemsize) }) };
+            }
+        }
+    }
+}
+
+impl Drop for Hchan {
+    fn drop(&mut self) {
+        let st = self.st.get_mut();
+        let n = *self.qcount.get_mut();
+        for _ in 0..n {
+            // SAFETY: the buffered element at recvx is initialised.
+            unsafe { (self.drop_elem)(self.buf.wrapping_add(st.recvx * self.elemsize)) };
+            st.recvx = (st.recvx + 1) % self.dataqsiz.max(1);
+        }
+        if self.layout.size() != 0 {
+            // SAFETY: allocated in new with this layout.
+            unsafe { std::alloc::dealloc(self.buf, self.layout) };
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Typed front-end.
+
+/// Creates a channel of `T` with `cap` buffer slots (0 = unbuffered
+/// rendezvous). Go's `make(chan T, cap)`. Multi-producer, multi-consumer.
+///
+/// Panics if `cap * size_of::<T>()` overflows `isize`.
+pub fn chan<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
+    let c = Arc::new(Hchan::new::<T>(cap));
+    (Sender { c: c.clone(), _t: PhantomData }, Receiver { c, _t: PhantomData })
+}
+
+/// The sending half of a channel. Cloneable; the channel closes when the
+/// last Sender is dropped.
+pub struct Sender<T> {
+    pub(crate) c: Arc<Hchan>,
+    _t: PhantomData<fn(T)>,
+}
+
+/// The receiving half of a channel. Cloneable (MPMC); when the last
+/// Receiver is dropped, buffered values are dropped and sends fail.
+pub struct Receiver<T> {
+    pub(crate) c: Arc<Hchan>,
+    _t: PhantomData<fn() -> T>,
+}
+
+// SAFETY: the handles only move Ts between threads (T: Send is required to
+// create the channel); the core is Sync.
+unsafe impl<T: Send> Send for Sender<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Sender<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Send for Receiver<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for Receiver<T> {}
+
+/// `send` on a closed channel: the value comes back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub struct SendError<T>(pub T);
+
+/// `try_send` failure: the value comes back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum TrySendError<T> {
+    /// The buffer is full (or, unbuffered, no receiver is waiting).
+    Full(T),
+    /// The channel is closed.
+    Closed(T),
+}
+
+/// `send_timeout` failure: the value comes back.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum SendTimeoutError<T> {
+    /// Not sent within the timeout.
+    Timeout(T),
+    /// The channel is closed.
+    Closed(T),
+}
+
+/// `recv` on a closed, drained channel.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct RecvError;
+
+/// `try_recv` failure.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum TryRecvError {
+    /// Nothing buffered and no sender waiting.
+    Empty,
+    /// Closed and drained.
+    Closed,
+}
+
+/// `recv_timeout` failure.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum RecvTimeoutError {
+    /// Nothing received within the timeout.
+    Timeout,
+    /// Closed and drained.
+    Closed,
+}
+
+macro_rules! impl_err {
+    ($name:ident, $msg:expr) => {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str($msg)
+            }
+        }
+        impl std::error::Error for $name {}
+    };
+}
+impl_err!(RecvError, "receiving on a closed channel");
+impl std::fmt::Display for TryRecvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TryRecvError::Empty => "receiving on an empty channel",
+            TryRecvError::Closed => "receiving on a closed channel",
+        })
+    }
+}
+impl std::error::Error for TryRecvError {}
+impl std::fmt::Display for RecvTimeoutError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RecvTimeoutError::Timeout => "timed out waiting on a channel",
+            RecvTimeoutError::Closed => "receiving on a closed channel",
+        })
+    }
+}
+impl std::error::Error for RecvTimeoutError {}
+impl<T> std::fmt::Debug for SendError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SendError(..)")
+    }
+}
+impl<T> std::fmt::Display for SendError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("sending on a closed channel")
+    }
+}
+impl<T> std::error::Error for SendError<T> {}
+impl<T> std::fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TrySendError::Full(_) => "Full(..)",
+            TrySendError::Closed(_) => "Closed(..)",
+        })
+    }
+}
+impl<T> std::fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TrySendError::Full(_) => "sending on a full channel",
+            TrySendError::Closed(_) => "sending on a closed channel",
+        })
+    }
+}
+impl<T> std::error::Error for TrySendError<T> {}
+impl<T> std::fmt::Debug for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SendTimeoutError::Timeout(_) => "Timeout(..)",
+            SendTimeoutError::Closed(_) => "Closed(..)",
+        })
+    }
+}
+impl<T> std::fmt::Display for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SendTimeoutError::Timeout(_) => "timed out sending on a channel",
+            SendTimeoutError::Closed(_) => "sending on a closed channel",
+        })
+    }
+}
+impl<T> std::error::Error for SendTimeoutError<T> {}
+
+impl<T> TrySendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            TrySendError::Full(v) | TrySendError::Closed(v) => v,
+        }
+    }
+}
+
+impl<T> SendTimeoutError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            SendTimeoutError::Timeout(v) | SendTimeoutError::Closed(v) => v,
+        }
+    }
+}
+
+impl<T> Sender<T> {
+    /// Sends `v`, parking the goroutine (or blocking the OS thread) until a
+    /// receiver takes it or buffer space frees. Go's `ch <- v`.
+    ///
+    /// Errors: `Err(SendError(v))` if the channel is closed (by `close`, or
+    /// because every Receiver was dropped), including while blocked.
+    pub fn send(&self, v: T) -> Result<(), SendError<T>> {
+        let mut slot = MaybeUninit::new(v);
+        // SAFETY: slot holds an initialised T, moved-out iff Done.
+        match unsafe { self.c.send(slot.as_ptr().cast(), true) } {
+            Try::Done => Ok(()),
+            // SAFETY: not Done: the value is still ours.
+            _ => Err(SendError(unsafe { slot.assume_init_read() })),
+        }
+    }
+
+    /// Sends without blocking: `Full(v)` if the buffer is full (unbuffered:
+    /// no receiver is waiting), `Closed(v)` if closed. Go's select-with-default send.
+    pub fn try_send(&self, v: T) -> Result<(), TrySendError<T>> {
+        let mut slot = MaybeUninit::new(v);
+        // SAFETY: as in send.
+        match unsafe { self.c.send(slot.as_mut_ptr().cast(), false) } {
+            Try::Done => Ok(()),
+            // SAFETY: not Done: the value is still ours.
+            Try::WouldBlock => Err(TrySendError::Full(unsafe { slot.assume_init_read() })),
+            // SAFETY: as above.
+            Try::Closed => Err(TrySendError::Closed(unsafe { slot.assume_init_read() })),
+        }
+    }
+
+    /// Like `send`, giving up after `d` (`Timeout(v)`). Blocks the calling
+    /// G/thread at most `d` (Duration::MAX: forever).
+    pub fn send_timeout(&self, v: T, d: Duration) -> Result<(), SendTimeoutError<T>> {
+        let mut slot = MaybeUninit::new(v);
+        let cases = &mut [crate::select::Scase::send(&self.c, slot.as_mut_ptr().cast())];
+        match crate::select::selectgo(cases, true, crate::time::deadline_after(d)) {
+            crate::select::Selected::Case(_, true) => Ok(()),
+            // SAFETY: not sent: the value is still ours.
+            crate::select::Selected::Case(_, false) => Err(SendTimeoutError::Closed(unsafe { slot.assume_init_read() })),
+            // SAFETY: as above.
+            _ => Err(SendTimeoutError::Timeout(unsafe { slot.assume_init_read() })),
+        }
+    }
+
+    /// Go's `close(ch)`. Idempotent. Receivers drain buffered values, then
+    /// get `RecvError`; blocked senders get their values back.
+    pub fn close(&self) {
+        self.c.close(false);
+    }
+
+    /// Values buffered now.
+    pub fn len(&self) -> usize {
+        self.c.len()
+    }
+    /// Whether nothing is buffered now.
+    pub fn is_empty(&self) -> bool {
+        self.c.len() == 0
+    }
+    /// Buffer capacity (0 = unbuffered).
+    pub fn capacity(&self) -> usize {
+        self.c.dataqsiz
+    }
+    /// Whether the channel is closed.
+    pub fn is_closed(&self) -> bool {
+        self.c.is_closed()
+    }
+}
+
+impl<T> Receiver<T> {
+    /// Receives a value, parking the goroutine (or blocking the thread)
+    /// until one is available. Go's `v, ok := <-ch`: `Err(RecvError)` once
+    /// the channel is closed and drained.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        let mut slot = MaybeUninit::<T>::uninit();
+        // SAFETY: slot is storage for a T, initialised iff Done.
+        match unsafe { self.c.recv(slot.as_mut_ptr().cast(), true) } {
+            // SAFETY: Done: initialised.
+            Try::Done => Ok(unsafe { slot.assume_init() }),
+            _ => Err(RecvError),
+        }
+    }
+
+    /// Receives without blocking: `Empty` or `Closed` (closed and drained).
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        let mut slot = MaybeUninit::<T>::uninit();
+        // SAFETY: as in recv.
+        match unsafe { self.c.recv(slot.as_mut_ptr().cast(), false) } {
+            // SAFETY: Done: initialised.
+            Try::Done => Ok(unsafe { slot.assume_init() }),
+            Try::WouldBlock => Err(TryRecvError::Empty),
+            Try::Closed => Err(TryRecvError::Closed),
+        }
+    }
+
+    /// Like `recv`, giving up after `d` with `Timeout`.
+    pub fn recv_timeout(&self, d: Duration) -> Result<T, RecvTimeoutError> {
+        let mut slot = MaybeUninit::<T>::uninit();
+        let cases = &mut [crate::select::Scase::recv(&self.c, slot.as_mut_ptr().cast())];
+        match crate::select::selectgo(cases, true, crate::time::deadline_after(d)) {
+            // SAFETY: received: initialised.
+            crate::select::Selected::Case(_, true) => Ok(unsafe { slot.assume_init() }),
+            crate::select::Selected::Case(_, false) => Err(RecvTimeoutError::Closed),
+            _ => Err(RecvTimeoutError::Timeout),
+        }
+    }
+
+    /// Iterates until the channel is closed and drained (`for v := range ch`).
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { rx: self }
+    }
+
+    /// Values buffered now.
+    pub fn len(&self) -> usize {
+        self.c.len()
+    }
+    /// Whether nothing is buffered now.
+    pub fn is_empty(&self) -> bool {
+        self.c.len() == 0
+    }
+    /// Buffer capacity (0 = unbuffered).
+    pub fn capacity(&self) -> usize {
+        self.c.dataqsiz
+    }
+    /// Whether the channel is closed.
+    pub fn is_closed(&self) -> bool {
+        self.c.is_closed()
+    }
+}
+
+/// Blocking iterator over received values; ends when closed and drained.
+pub struct Iter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}
+
+/// Owning iterator (`for v in rx`).
+pub struct IntoIter<T> {
+    rx: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.recv().ok()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { rx: self }
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        // Relaxed: a new handle from an existing one (as Arc's clone).
+        self.c.senders.fetch_add(1, Ordering::Relaxed);
+        Sender { c: self.c.clone(), _t: PhantomData }
+    }
+}
+
+impl<T> Clone for Receiver<T> {
+    fn clone(&self) -> Self {
+        // Relaxed: as above.
+        self.c.receivers.fetch_add(1, Ordering::Relaxed);
+        Receiver { c: self.c.clone(), _t: PhantomData }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        // AcqRel: the last dropper sees every other handle's operations.
+        if self.c.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.c.close(false);
+        }
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        // AcqRel: as above.
+        if self.c.receivers.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.c.close(true);
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").field("len", &self.len()).field("cap", &self.capacity()).finish()
+    }
+}
+
+impl<T> std::fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver").field("len", &self.len()).field("cap", &self.capacity()).finish()
+    }
+}

@@ -1,0 +1,174 @@
+//! G: a goroutine. Go's `g` (runtime2.go) and its status machine.
+
+use crate::arch::Gobuf;
+use crate::m::M;
+use crate::stack::Stack;
+use core::cell::Cell;
+use core::ptr;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+/// Go's G statuses (runtime2.go, same numbers). Each says who owns the G's
+/// stack and whether the G is on a queue.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GStatus {
+    /// Just allocated, not yet initialised. Owned by the allocating thread.
+    Idle = 0,
+    /// On a run queue (local ring, runnext or global); not executing. The
+    /// stack is owned by whoever dequeues it. `sched.sp` is valid.
+    Runnable = 1,
+    /// Executing user code on an M with a P. The stack is owned by the G.
+    Running = 2,
+    /// In a blocking system call (enter_syscall), on an M, P maybe handed off.
+    Syscall = 3,
+    /// Parked (gopark): on some wait queue (channel, timer, sema), not on a
+    /// run queue. `sched.sp` is valid; whoever readies it owns it.
+    Waiting = 4,
+    /// Exited or on a free list; stack owned by the free list.
+    Dead = 6,
+    /// Stopped by preemption; owned by the preempting M until readied.
+    Preempted = 9,
+}
+
+impl GStatus {
+    fn from_u32(v: u32) -> GStatus {
+        match v {
+            0 => GStatus::Idle,
+            1 => GStatus::Runnable,
+            2 => GStatus::Running,
+            3 => GStatus::Syscall,
+            4 => GStatus::Waiting,
+            6 => GStatus::Dead,
+            9 => GStatus::Preempted,
+            _ => crate::throw::throw("bad g status"),
+        }
+    }
+}
+
+/// Type-erased goroutine entry, stored at the top of its stack by newproc.
+pub(crate) type GoEntry = crate::arch::EntryFn;
+
+/// A goroutine. Allocated once, never freed (as in Go): dead Gs are reused
+/// through the free lists, so raw `*mut G` handles stay valid forever.
+///
+/// Fields are plain `Cell`s owned by whoever owns the G per its status
+/// (see [`GStatus`]); the status itself is the only field read by others.
+pub(crate) struct G {
+    /// Saved context while not running. Written by mcall on the G's own M,
+    /// read by the M that resumes it after dequeuing it.
+    pub(crate) sched: core::cell::UnsafeCell<Gobuf>,
+    /// [`GStatus`] as u32. Transitions only through [`G::cas_status`].
+    status: AtomicU32,
+    /// Goroutine id, unique per process; 0 while dead.
+    pub(crate) goid: Cell<u64>,
+    /// The stack; None for a dead G whose (non-default) stack was freed.
+    pub(crate) stack: Cell<Option<Stack>>,
+    /// The M running this G (Running/Syscall), else null.
+    pub(crate) m: Cell<*mut M>,
+    /// Link for the global run queue and the free lists (owner of the list).
+    pub(crate) schedlink: Cell<*mut G>,
+    /// Wake-up parameter (Go's gp.param): set by the waker before goready,
+    /// read by the G after it resumes (goready's queue handoff orders them).
+    pub(crate) param: AtomicUsize,
+    /// Go's gp.selectDone, with a generation: `2*seq + done`. A select (or
+    /// timed wait) bumps seq before queueing; the first waker to CAS
+    /// `2*seq -> 2*seq+1` wins; stale timers and sudogs of an older wait
+    /// fail their CAS.
+    pub(crate) selgen: AtomicU64,
+    /// Cooperative preemption request (Go's gp.preempt), set by sysmon/STW.
+    pub(crate) preempt: AtomicBool,
+    /// Name from Builder::name, for diagnostics.
+    pub(crate) name: Cell<Option<&'static str>>,
+    /// Goroutine-local storage slots (reset when the G exits).
+    pub(crate) locals: Cell<*mut u8>,
+}
+
+// SAFETY: Gs are handed between threads only through the run queues, wait
+// queues and status CASes, each of which orders the owner's writes before the
+// next owner's reads; non-atomic fields are touched only by the current owner.
+unsafe impl Sync for G {}
+// SAFETY: as above.
+unsafe impl Send for G {}
+
+impl G {
+    /// Go's malg: allocates a new G (status Idle) with the given stack.
+    pub(crate) fn alloc(stack: Option<Stack>) -> *mut G {
+        Box::into_raw(Box::new(G {
+            sched: core::cell::UnsafeCell::new(Gobuf::default()),
+            status: AtomicU32::new(GStatus::Idle as u32),
+            goid: Cell::new(0),
+            stack: Cell::new(stack),
+            m: Cell::new(ptr::null_mut()),
+            schedlink: Cell::new(ptr::null_mut()),
+            param: AtomicUsize::new(0),
+            selgen: AtomicU64::new(0),
+            preempt: AtomicBool::new(false),
+            name: Cell::new(None),
+            locals: Cell::new(ptr::null_mut()),
+        }))
+    }
+
+    /// Current status. Acquire: pairs with the Release of the transition
+    /// that handed the G over, so its saved context is visible.
+    #[inline]
+    pub(crate) fn status(&self) -> GStatus {
+        GStatus::from_u32(self.status.load(Ordering::Acquire))
+    }
+
+    /// Go's casgstatus: the only way statuses change. Throws on an illegal
+    /// or lost transition (a runtime bug).
+    #[inline]
+    pub(crate) fn cas_status(&self, from: GStatus, to: GStatus) {
+        debug_assert!(legal(from, to), "illegal G transition {from:?} -> {to:?}");
+        // AcqRel: Release publishes the G's saved context and fields to the
+        // next owner; Acquire takes those of the previous one.
+        if self
+            .status
+            .compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            crate::throw::throwf(format_args!(
+                "casgstatus: bad transition {:?} -> {:?} (status is {:?})",
+                from,
+                to,
+                self.status()
+            ));
+        }
+    }
+
+    /// Like `cas_status` but reports failure instead of throwing (for
+    /// transitions that may legitimately race).
+    #[inline]
+    pub(crate) fn try_cas_status(&self, from: GStatus, to: GStatus) -> bool {
+        // AcqRel: as in cas_status.
+        self.status
+            .compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Pointer to the saved context.
+    #[inline]
+    pub(crate) fn gobuf(&self) -> *mut Gobuf {
+        self.sched.get()
+    }
+}
+
+fn legal(from: GStatus, to: GStatus) -> bool {
+    use GStatus::*;
+    matches!(
+        (from, to),
+        (Idle, Dead)
+            | (Dead, Runnable)
+            | (Runnable, Running)
+            | (Running, Runnable)
+            | (Running, Waiting)
+            | (Running, Syscall)
+            | (Running, Dead)
+            | (Running, Preempted)
+            | (Syscall, Running)
+            | (Syscall, Runnable)
+            | (Waiting, Runnable)
+            | (Preempted, Runnable)
+            | (Preempted, Waiting)
+    )
+}

@@ -1,0 +1,347 @@
+//! goro: Go's GMP scheduler for Rust.
+//!
+//! Goroutines are stackful coroutines on mmap'd, guard-paged stacks,
+//! switched by hand-written assembly (`asm/`); Ms (OS threads) run them on
+//! Ps (processors) with Go's run queues, work stealing and spinning-M
+//! protocol; channels, select, timers and joins park goroutines, not threads.
+//!
+//! ```
+//! let (tx, rx) = goro::chan::<u64>(0);
+//! let sum = goro::run(move || {
+//!     goro::go!(move || for i in 1..=10 { tx.send(i).unwrap(); });
+//!     rx.iter().sum::<u64>()
+//! });
+//! assert_eq!(sum, 55);
+//! ```
+//!
+//! # Map of the modules (lower layers first)
+//! - leaves: `arch` (Gobuf, gogo, mcall; asm/*.S), `stack` (arenas,
+//!   guard pages, reuse), `os` (futex, clocks), `throw` (fatal errors).
+//! - objects: `g` (G and its statuses), `m` (M, g0, the current-M
+//!   thread-local), `p` (P), `runq` (the lock-free local run queue).
+//! - scheduler: `sched` (schedule, findRunnable, stealing, wakep/startm/
+//!   stopm/handoffp, stop-the-world), `park` (gopark/goready, Gosched,
+//!   goexit), `proc` (newproc, JoinHandle), `timer` (per-P heaps),
+//!   `netpoll` (epoll wait/break), `signal` (guard-page faults),
+//!   `sysmon`, `syscall`.
+//! - user-facing: `sudog` (wait queues), `chan`, `select`, `time`.
+//!
+//! # Thread affinity (read this if you use thread-locals)
+//! A goroutine may resume on a different OS thread after any switch point:
+//! channel operations, `select!`, `time::sleep`, `yield_now`, `join`,
+//! `spawn`. Do not hold a `thread_local!` borrow, a std `MutexGuard` or
+//! std's stdout lock across those calls. LLVM may cache a thread-local's
+//! address within one function; goro reads its own thread-local only
+//! through non-inlined functions for that reason.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+mod arch;
+mod chan;
+mod g;
+mod m;
+mod netpoll;
+mod os;
+mod p;
+mod park;
+mod proc;
+mod runq;
+mod sched;
+mod select;
+mod signal;
+mod stack;
+mod sudog;
+mod syscall;
+mod sysmon;
+mod throw;
+mod timer;
+
+pub mod time;
+
+pub use chan::{
+    chan, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender, TryRecvError,
+    TrySendError,
+};
+pub use proc::{spawn, Builder, JoinHandle};
+pub use sched::MAX_PROCS;
+pub use stack::{guards_use_madvise, MIN_STACK_SIZE};
+pub use syscall::{blocking, enter_syscall, exit_syscall, SyscallGuard};
+
+use std::sync::OnceLock;
+
+/// Spawns a goroutine: `go!(|| ...)` or `go!(move || ...)`. Same as
+/// [`spawn`]; returns its [`JoinHandle`].
+#[macro_export]
+macro_rules! go {
+    ($f:expr) => {
+        $crate::spawn($f)
+    };
+}
+
+/// Runtime configuration, read once when the runtime starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Number of Ps (GOMAXPROCS), 1..=MAX_PROCS.
+    pub max_procs: usize,
+    /// Default stack reservation per goroutine in bytes (guard excluded;
+    /// rounded up to pages). Default 256 KiB; at least 64 KiB.
+    pub stack_size: usize,
+    /// Asynchronous preemption (GODEBUG=asyncpreemptoff=1 turns it off).
+    /// Reserved: this version preempts cooperatively only.
+    pub preempt: bool,
+    /// GODEBUG=schedtrace=MS: print a SCHED line every MS ms (0 = off).
+    pub schedtrace_ms: usize,
+    /// GODEBUG=scheddetail=1.
+    pub scheddetail: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config { max_procs: os::ncpu().clamp(1, MAX_PROCS), stack_size: 256 << 10, preempt: true, schedtrace_ms: 0, scheddetail: false }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by the environment: `GOMAXPROCS=N` (invalid or
+    /// zero values are ignored, as in Go) and
+    /// `GODEBUG=schedtrace=MS,scheddetail=1,asyncpreemptoff=1`.
+    pub fn from_env() -> Config {
+        let mut c = Config::default();
+        if let Ok(v) = std::env::var("GOMAXPROCS") {
+            if let Ok(n) = v.trim().parse::<usize>() {
+                if n > 0 {
+                    c.max_procs = n.min(MAX_PROCS);
+                }
+            }
+        }
+        if let Ok(v) = std::env::var("GODEBUG") {
+            for kv in v.split(',') {
+                let mut it = kv.splitn(2, '=');
+                let (k, val) = (it.next().unwrap_or("").trim(), it.next().unwrap_or("").trim());
+                match k {
+                    "schedtrace" => c.schedtrace_ms = val.parse().unwrap_or(0),
+                    "scheddetail" => c.scheddetail = val == "1",
+                    "asyncpreemptoff" => c.preempt = val != "1",
+                    _ => {}
+                }
+            }
+        }
+        c
+    }
+
+    /// Sets the number of Ps.
+    pub fn max_procs(mut self, n: usize) -> Config {
+        self.max_procs = n;
+        self
+    }
+
+    /// Sets the default stack reservation per goroutine (bytes).
+    pub fn stack_size(mut self, bytes: usize) -> Config {
+        self.stack_size = bytes;
+        self
+    }
+
+    /// Enables or disables asynchronous preemption.
+    pub fn preempt(mut self, on: bool) -> Config {
+        self.preempt = on;
+        self
+    }
+
+    /// Checks that the configuration can run.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.max_procs == 0 || self.max_procs > MAX_PROCS {
+            return Err(Error::InvalidConfig(format!("max_procs must be in 1..={MAX_PROCS}, got {}", self.max_procs)));
+        }
+        if self.stack_size < MIN_STACK_SIZE {
+            return Err(Error::InvalidConfig(format!(
+                "stack_size must be at least {MIN_STACK_SIZE} bytes, got {}",
+                self.stack_size
+            )));
+        }
+        if self.stack_size > (1usize << 40) {
+            return Err(Error::InvalidConfig(format!("stack_size {} is larger than 1 TiB", self.stack_size)));
+        }
+        Ok(())
+    }
+}
+
+/// Errors from starting the runtime.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration is impossible (message says which field).
+    InvalidConfig(String),
+    /// The runtime is already running with a different configuration.
+    AlreadyRunning,
+    /// An OS resource (epoll, threads) could not be set up.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::InvalidConfig(s) => write!(f, "goro: invalid config: {s}"),
+            Error::AlreadyRunning => f.write_str("goro: runtime already running with a different config"),
+            Error::Io(e) => write!(f, "goro: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+/// Starts the process-wide runtime with `config` (Go's schedinit). Errors:
+/// an invalid config, or `AlreadyRunning` if it runs with a different
+/// config (starting again with the same config is Ok).
+pub fn start(config: Config) -> Result<(), Error> {
+    config.validate()?;
+    if sched::started() {
+        return if CONFIG.get() == Some(&config) { Ok(()) } else { Err(Error::AlreadyRunning) };
+    }
+    let _ = CONFIG.set(config.clone());
+    if CONFIG.get() != Some(&config) {
+        return Err(Error::AlreadyRunning);
+    }
+    sched::start(&config).map_err(Error::Io)?;
+    Ok(())
+}
+
+/// Starts the runtime from the environment if it is not running.
+#[inline]
+pub(crate) fn ensure_started() {
+    if !sched::started() {
+        start_default();
+    }
+}
+
+#[cold]
+fn start_default() {
+    let cfg = CONFIG.get().cloned().unwrap_or_else(Config::from_env);
+    match start(cfg) {
+        Ok(()) | Err(Error::AlreadyRunning) => {}
+        Err(e) => throw::throwf(format_args!("{e}")),
+    }
+}
+
+/// Runs `f` as a goroutine on the process-wide runtime (starting it from
+/// the environment if needed) and blocks the calling OS thread until it
+/// returns; returns its value. A panic in `f` is resumed on the caller.
+/// May be called repeatedly and from several threads at once.
+pub fn run<F, T>(f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    ensure_started();
+    match spawn(f).join() {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// Like [`run`]; `config` applies if this call starts the runtime.
+///
+/// Panics if `config` is invalid (see [`Config::validate`]).
+pub fn run_with<F, T>(config: Config, f: F) -> T
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match start(config) {
+        Ok(()) | Err(Error::AlreadyRunning) => {}
+        Err(e) => panic!("{e}"),
+    }
+    run(f)
+}
+
+/// Yields the processor: the goroutine goes to the back of its P's run
+/// queue and others run (Go's runtime.Gosched). On a plain thread it
+/// yields the thread.
+pub fn yield_now() {
+    park::gosched();
+}
+
+/// The running goroutine's id, or None on a thread not running one.
+pub fn current_id() -> Option<u64> {
+    let gp = m::getg();
+    if gp.is_null() {
+        None
+    } else {
+        // SAFETY: the running G of this thread, never freed.
+        Some(unsafe { (*gp).goid.get() })
+    }
+}
+
+/// Live goroutines: runnable, running, waiting or in a syscall (Go's
+/// runtime.NumGoroutine).
+pub fn num_goroutine() -> usize {
+    sched::SCHED.ngoroutines.load(std::sync::atomic::Ordering::Relaxed).max(0) as usize
+}
+
+/// The current number of Ps (GOMAXPROCS). Starts the runtime if needed.
+pub fn max_procs() -> usize {
+    ensure_started();
+    sched::gomaxprocs()
+}
+
+/// Sets GOMAXPROCS to `n` (clamped to MAX_PROCS) and returns the previous
+/// value; `n = 0` only queries. Stops the world (every P reaches a
+/// scheduling point) while the Ps are resized, as Go does; goroutines keep
+/// running afterwards. Blocks the caller until the resize is done.
+pub fn set_max_procs(n: usize) -> usize {
+    ensure_started();
+    sched::set_max_procs(n)
+}
+
+/// Scheduler statistics (see [`stats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// GOMAXPROCS.
+    pub gomaxprocs: usize,
+    /// Ps in the idle list.
+    pub idle_procs: usize,
+    /// Ms (OS threads running goroutines) created.
+    pub threads: usize,
+    /// Ms spinning (looking for work).
+    pub spinning_threads: usize,
+    /// Ms parked idle.
+    pub idle_threads: usize,
+    /// Goroutines in the global run queue.
+    pub global_runq: usize,
+    /// Goroutines in each P's local run queue (including runnext).
+    pub local_runq: Vec<usize>,
+    /// Live goroutines.
+    pub goroutines: usize,
+    /// Preemption requests honoured (only grows).
+    pub preemptions: u64,
+    /// Of which asynchronous (signal-based; only grows).
+    pub preemptions_async: u64,
+    /// Ps handed off because their M entered a blocking syscall (only grows).
+    pub syscalls_handed_off: u64,
+    /// Goroutine stacks ever reserved (only grows).
+    pub stacks_reserved: usize,
+}
+
+/// A racy snapshot of the scheduler's state.
+pub fn stats() -> Stats {
+    ensure_started();
+    sched::snapshot()
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::select::{RecvSlot, Scase, SendSlot, __select};
+}
+
+/// Microbenchmark hooks (not public API).
+#[doc(hidden)]
+pub mod __bench {
+    /// Time for `iters` round trips of two raw context switches between
+    /// two stacks (no scheduler): the floor under every goroutine switch.
+    pub fn raw_switch_pair(iters: u64) -> std::time::Duration {
+        crate::arch::bench_switch(iters)
+    }
+}

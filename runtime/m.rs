@@ -1,0 +1,180 @@
+//! M: an OS thread. Go's `m` (runtime2.go), its g0 stack, the one
+//! thread-local of the runtime (the current M), and the futex note Ms sleep on.
+
+use crate::g::G;
+use crate::p::P;
+use core::cell::Cell;
+use core::ptr;
+use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Maximum number of Ms (Go's sched.maxmcount default).
+pub(crate) const MAX_M: i64 = 10_000;
+
+/// Native stack size of an M's thread, which is its g0 stack (bytes).
+pub(crate) const G0_STACK_SIZE: usize = 256 << 10;
+
+/// Function run on g0 after gopark switches away: releases whatever the
+/// parked G was holding; returning false resumes the G at once (Go's
+/// gopark unlockf).
+pub(crate) type UnlockFn = fn(gp: *mut G, arg: *mut u8) -> bool;
+
+/// A one-shot wake-up flag with a futex (Go's note, lock_futex.go). One
+/// sleeper; `clear` before reuse.
+pub(crate) struct Note {
+    key: AtomicU32,
+}
+
+impl Note {
+    pub(crate) const fn new() -> Note {
+        Note { key: AtomicU32::new(0) }
+    }
+
+    /// Go's notewakeup. Any thread. Release pairs with the sleeper's Acquire:
+    /// whatever the waker wrote before (e.g. m.nextp) is visible after wake.
+    pub(crate) fn wakeup(&self) {
+        if self.key.swap(1, Ordering::Release) != 0 {
+            crate::throw::throw("notewakeup - double wakeup");
+        }
+        crate::os::futex_wake(&self.key, 1);
+    }
+
+    /// Go's notesleep: block the OS thread until `wakeup`.
+    pub(crate) fn sleep(&self) {
+        while self.key.load(Ordering::Acquire) == 0 {
+            crate::os::futex_wait(&self.key, 0, None);
+        }
+    }
+
+    /// Go's notetsleep: like `sleep` with a timeout; true if woken.
+    pub(crate) fn sleep_timeout(&self, ns: i64) -> bool {
+        let deadline = crate::os::nanotime().saturating_add(ns);
+        loop {
+            if self.key.load(Ordering::Acquire) != 0 {
+                return true;
+            }
+            let now = crate::os::nanotime();
+            if now >= deadline {
+                return false;
+            }
+            crate::os::futex_wait(&self.key, 0, Some(Duration::from_nanos((deadline - now) as u64)));
+        }
+    }
+
+    /// Go's noteclear. Only by the sleeper, when no wakeup is pending.
+    pub(crate) fn clear(&self) {
+        // Relaxed: the sleeper owns the note between wakeups.
+        self.key.store(0, Ordering::Relaxed);
+    }
+}
+
+/// An OS thread running goroutines. Allocated once, never freed (Ms do not
+/// exit, as in Go without LockOSThread).
+///
+/// Fields are owned by the M's own thread unless they say otherwise.
+pub(crate) struct M {
+    /// M id (Go's m.id), 0-based in creation order.
+    pub(crate) id: i64,
+    /// Base of this M's g0 stack: mcall switches here, discarding earlier
+    /// g0 frames. 16-byte aligned. Set once in mstart.
+    pub(crate) g0_sp: Cell<usize>,
+    /// The user G running on this M, or null on g0.
+    pub(crate) curg: Cell<*mut G>,
+    /// The attached P, or null.
+    pub(crate) p: Cell<*mut P>,
+    /// P handed over by startm: written under sched.lock before `park` is
+    /// woken, read by this M after waking (the note orders them).
+    pub(crate) nextp: Cell<*mut P>,
+    /// P held before entering a syscall (Go's m.oldp).
+    pub(crate) oldp: Cell<*mut P>,
+    /// Whether this M is spinning (looking for work with a P); counted in
+    /// sched.nmspinning. Written by the M, or by startm before waking it.
+    pub(crate) spinning: Cell<bool>,
+    /// Where this M sleeps when idle (stopm) and startm wakes it.
+    pub(crate) park: Note,
+    /// Link in sched's idle M list (under sched.lock).
+    pub(crate) schedlink: Cell<*mut M>,
+    /// Kernel thread id, for tgkill and /proc (atomic: read by sysmon).
+    pub(crate) procid: AtomicI32,
+    /// Per-M random state (Go's m.fastrand).
+    pub(crate) fastrand: Cell<u64>,
+    /// gopark's unlock function and argument, consumed by park_m on g0.
+    pub(crate) waitunlockf: Cell<Option<UnlockFn>>,
+    pub(crate) waitlock: Cell<*mut u8>,
+    /// Runtime locks held / critical sections (Go's m.locks); >0 forbids
+    /// preemption.
+    pub(crate) locks: Cell<i32>,
+    /// Alternate signal stack (base, size), for the guard-page fault handler.
+    pub(crate) gsignal: Cell<(usize, usize)>,
+}
+
+// SAFETY: an M is shared through raw pointers between its own thread and the
+// scheduler; fields written by other threads (nextp, spinning) are written
+// under sched.lock while the M sleeps and published by its note.
+unsafe impl Sync for M {}
+// SAFETY: as above.
+unsafe impl Send for M {}
+
+impl M {
+    pub(crate) fn new(id: i64) -> *mut M {
+        Box::into_raw(Box::new(M {
+            id,
+            g0_sp: Cell::new(0),
+            curg: Cell::new(ptr::null_mut()),
+            p: Cell::new(ptr::null_mut()),
+            nextp: Cell::new(ptr::null_mut()),
+            oldp: Cell::new(ptr::null_mut()),
+            spinning: Cell::new(false),
+            park: Note::new(),
+            schedlink: Cell::new(ptr::null_mut()),
+            procid: AtomicI32::new(0),
+            fastrand: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)),
+            waitunlockf: Cell::new(None),
+            waitlock: Cell::new(ptr::null_mut()),
+            locks: Cell::new(0),
+            gsignal: Cell::new((0, 0)),
+        }))
+    }
+
+    /// Go's fastrand (wyrand).
+    #[inline]
+    pub(crate) fn fastrand(&self) -> u32 {
+        let s = self.fastrand.get().wrapping_add(0xa076_1d64_78bd_642f);
+        self.fastrand.set(s);
+        let t = (s as u128).wrapping_mul((s ^ 0xe703_7ed1_a0b4_28db) as u128);
+        ((t >> 64) as u64 ^ t as u64) as u32
+    }
+}
+
+thread_local! {
+    /// The M running on this OS thread; null on threads that are not Ms.
+    static CURRENT_M: Cell<*mut M> = const { Cell::new(ptr::null_mut()) };
+}
+
+/// The current M, or null on a plain OS thread.
+///
+/// Never inlined: a goroutine may resume on another thread after any
+/// switch, and LLVM assumes a thread-local's address is constant within a
+/// function, so an inlined access could read the previous thread's slot.
+#[inline(never)]
+pub(crate) fn getm() -> *mut M {
+    CURRENT_M.with(|c| c.get())
+}
+
+/// Sets the current M; only in mstart.
+#[inline(never)]
+pub(crate) fn setm(mp: *mut M) {
+    CURRENT_M.with(|c| c.set(mp));
+}
+
+/// The running G, or null on g0 or a plain thread (Go's getg() with the
+/// g0 case folded to null).
+#[inline(never)]
+pub(crate) fn getg() -> *mut G {
+    let mp = getm();
+    if mp.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: mp is this thread's M, alive forever; curg is owned by it.
+    unsafe { (*mp).curg.get() }
+}

@@ -1,0 +1,222 @@
+//! gopark/goready and the other mcall entry points (Gosched, goexit), plus
+//! `Parker`, the way a plain OS thread waits on the same wait queues.
+//!
+//! Parking protocol (Go's gopark): the G records an unlock function on its
+//! M and mcalls `park_m`; on g0, after the G's context is saved and its
+//! status is Waiting, `park_m` runs the unlock function, which releases the
+//! lock that made the G findable (a channel lock, a timer insertion, a CAS
+//! publishing a waiter). Only then can a waker see the G and goready it, so
+//! a G is never readied before it has fully stopped running.
+
+use crate::arch;
+use crate::g::{GStatus, G};
+use crate::m::{getm, UnlockFn, M};
+use crate::sched::{self, SCHED};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// Runs `f(gp)` on the current M's g0 after saving the current G. Returns
+/// when the G is resumed. Go's mcall. Must be called on a user G.
+#[inline]
+fn mcall(f: arch::McallFn) {
+    // SAFETY: we are on a user G of this thread's M (callers check), so
+    // curg and g0_sp are valid and g0 has no live frames below g0_sp.
+    unsafe {
+        let m = &*getm();
+        let gp = m.curg.get();
+        arch::mcall((*gp).gobuf(), m.g0_sp.get(), f, gp.cast());
+    }
+}
+
+/// Whether the caller runs on a goroutine (not g0, not a plain thread).
+#[inline]
+pub(crate) fn in_goroutine() -> bool {
+    !crate::m::getg().is_null()
+}
+
+/// Go's gopark: park the current G; on g0 run `unlockf(gp, arg)`, and if
+/// it returns false resume the G at once. Returns when the G is readied.
+/// Must be called on a user G.
+pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8) {
+    // SAFETY: on a user G, so getm() is non-null.
+    let m = unsafe { &*getm() };
+    m.waitunlockf.set(unlockf);
+    m.waitlock.set(arg);
+    mcall(park_m);
+}
+
+/// g0 half of gopark.
+unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
+    let gp = arg.cast::<G>();
+    // SAFETY: g0 of this thread's M; gp is the G that just mcalled.
+    let m: &M = unsafe { &*getm() };
+    // SAFETY: gp is valid (never freed) and owned by us.
+    let g = unsafe { &*gp };
+    g.cas_status(GStatus::Running, GStatus::Waiting);
+    m.curg.set(core::ptr::null_mut());
+    g.m.set(core::ptr::null_mut());
+    if let Some(f) = m.waitunlockf.take() {
+        let arg = m.waitlock.replace(core::ptr::null_mut());
+        if !f(gp, arg) {
+            g.cas_status(GStatus::Waiting, GStatus::Runnable);
+            sched::execute(m, gp, true);
+        }
+    }
+    sched::schedule()
+}
+
+/// Go's goready: make a parked G runnable, into the current P's runnext
+/// (so it runs next, inheriting the time slice), or onto the global queue
+/// when the caller has no P (a plain thread, sysmon). Any thread.
+pub(crate) fn goready(gp: *mut G) {
+    // SAFETY: gp is Waiting and its waker (the caller) owns it now.
+    unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
+    let mp = getm();
+    if !mp.is_null() {
+        // SAFETY: this thread's M.
+        let pp = unsafe { (*mp).p.get() };
+        if !pp.is_null() {
+            // SAFETY: we hold pp (it is our M's P).
+            sched::runqput(unsafe { &*pp }, gp, true);
+            sched::wakep();
+            return;
+        }
+    }
+    sched::globrunqput_and_wake(gp);
+}
+
+/// Go's Gosched: put the current G at the tail of its P's local queue and
+/// schedule. (Go puts it on the global queue; the local tail keeps one-P
+/// yield loops off sched.lock, and other Ps still steal it.)
+pub(crate) fn gosched() {
+    if in_goroutine() {
+        mcall(gosched_m);
+    } else {
+        crate::os::osyield();
+    }
+}
+
+unsafe extern "C" fn gosched_m(arg: *mut u8) -> ! {
+    let gp = arg.cast::<G>();
+    // SAFETY: g0 of this M; gp just mcalled and is ours.
+    let (m, g) = unsafe { (&*getm(), &*gp) };
+    g.cas_status(GStatus::Running, GStatus::Runnable);
+    m.curg.set(core::ptr::null_mut());
+    g.m.set(core::ptr::null_mut());
+    // SAFETY: we hold the M's P.
+    sched::runqput(unsafe { &*m.p.get() }, gp, false);
+    sched::schedule()
+}
+
+/// Go's goexit1: finish the current G. Called at the end of its entry.
+pub(crate) fn goexit() -> ! {
+    mcall(goexit0);
+    crate::throw::throw("goexit: dead goroutine resumed")
+}
+
+unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
+    let gp = arg.cast::<G>();
+    // SAFETY: g0 of this M; gp just mcalled and is ours.
+    let (m, g) = unsafe { (&*getm(), &*gp) };
+    g.cas_status(GStatus::Running, GStatus::Dead);
+    m.curg.set(core::ptr::null_mut());
+    g.m.set(core::ptr::null_mut());
+    g.goid.set(0);
+    g.name.set(None);
+    g.preempt.store(false, Ordering::Relaxed);
+    SCHED.ngoroutines.fetch_sub(1, Ordering::Relaxed); // statistics only
+    // SAFETY: we hold the M's P.
+    sched::gfput(unsafe { &*m.p.get() }, gp);
+    sched::schedule()
+}
+
+/// Cooperative preemption point: yield if sysmon or stop-the-world asked
+/// this G to (Go's stack-check preemption). Cheap; called at runtime entries.
+#[inline]
+pub(crate) fn preempt_check() {
+    let gp = crate::m::getg();
+    // SAFETY: gp is the running G (never freed) or null.
+    if !gp.is_null() && unsafe { (*gp).preempt.load(Ordering::Relaxed) } {
+        // SAFETY: as above.
+        unsafe { (*gp).preempt.store(false, Ordering::Relaxed) };
+        crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
+        gosched();
+    }
+}
+
+/// A plain OS thread's stand-in for gopark/goready: a futex flag plus the
+/// wake parameter (what `g.param` is for a G). Lives on the waiting
+/// thread's stack; one wake per park.
+pub(crate) struct Parker {
+    flag: AtomicU32,
+    /// Wake parameter (the winning sudog for select), set before `flag`.
+    pub(crate) param: AtomicUsize,
+}
+
+impl Parker {
+    pub(crate) const fn new() -> Parker {
+        Parker { flag: AtomicU32::new(0), param: AtomicUsize::new(0) }
+    }
+
+    /// Blocks the thread until `unpark`.
+    pub(crate) fn park(&self) {
+        // Acquire pairs with unpark's Release: the waker's writes are visible.
+        while self.flag.load(Ordering::Acquire) == 0 {
+            crate::os::futex_wait(&self.flag, 0, None);
+        }
+    }
+
+    /// Blocks until `unpark` or the monotonic deadline (ns); true if woken.
+    pub(crate) fn park_deadline(&self, deadline: i64) -> bool {
+        loop {
+            if self.flag.load(Ordering::Acquire) != 0 {
+                return true;
+            }
+            let now = crate::os::nanotime();
+            if now >= deadline {
+                return false;
+            }
+            let d = std::time::Duration::from_nanos((deadline - now) as u64);
+            crate::os::futex_wait(&self.flag, 0, Some(d));
+        }
+    }
+
+    /// Wakes the parked thread with `param`. The Parker may be gone right
+    /// after the flag store; the futex wake on a stale address is harmless
+    /// (futex waiters tolerate spurious wake-ups).
+    pub(crate) fn unpark(&self, param: usize) {
+        self.param.store(param, Ordering::Relaxed); // published by the Release below
+        let addr: *const AtomicU32 = &self.flag;
+        self.flag.store(1, Ordering::Release);
+        crate::os::futex_wake(addr, 1);
+    }
+}
+
+/// exitsyscall slow path: no P was free. On g0: queue the G globally and
+/// park the M (Go's exitsyscall0).
+pub(crate) fn exitsyscall_slow() {
+    mcall(exitsyscall0);
+}
+
+unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
+    let gp = arg.cast::<G>();
+    // SAFETY: g0 of this M; gp just mcalled and is ours.
+    let (m, g) = unsafe { (&*getm(), &*gp) };
+    g.cas_status(GStatus::Syscall, GStatus::Runnable);
+    m.curg.set(core::ptr::null_mut());
+    g.m.set(core::ptr::null_mut());
+    match sched::pidleget_locked() {
+        Some(pp) => {
+            sched::acquirep(m, pp);
+            g.cas_status(GStatus::Runnable, GStatus::Running);
+            m.curg.set(gp);
+            g.m.set(m as *const M as *mut M);
+            // SAFETY: gp's context was saved by mcall; we own it.
+            unsafe { arch::gogo((*g.gobuf()).sp) }
+        }
+        None => {
+            sched::globrunqput_and_wake(gp);
+            sched::stopm_pub(m);
+            sched::schedule()
+        }
+    }
+}

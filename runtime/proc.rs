@@ -1,0 +1,307 @@
+//! Goroutine creation and completion: newproc, the entry function,
+//! `JoinHandle` and `Builder`. Go's newproc/newproc1/goexit (proc.go).
+
+use crate::g::{GStatus, G};
+use crate::m::getm;
+use crate::park::{self, Parker};
+use crate::sched::{self, SCHED};
+use crate::stack;
+use core::cell::UnsafeCell;
+use core::marker::PhantomData;
+use core::ptr;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Closures larger than this are boxed instead of copied to the stack top.
+const MAX_INLINE_CLOSURE: usize = 1024;
+
+/// The first Rust frame of every goroutine: moves the closure off the
+/// stack top, runs it, and exits through goexit.
+unsafe extern "C" fn goentry<F: FnOnce()>(arg: *mut u8) -> ! {
+    // SAFETY: newproc wrote an F at arg and nobody else reads it.
+    let f = unsafe { ptr::read(arg.cast::<F>()) };
+    f();
+    park::goexit()
+}
+
+/// Go's newproc: create a goroutine running `f` (which must not unwind:
+/// the wrappers below catch panics) and make it runnable. `stack_size` in
+/// bytes (None: the runtime default). Errors: the stack could not be mapped.
+pub(crate) fn newproc<F: FnOnce() + Send + 'static>(
+    f: F,
+    stack_size: Option<usize>,
+    name: Option<&'static str>,
+) -> std::io::Result<u64> {
+    if core::mem::size_of::<F>() > MAX_INLINE_CLOSURE || core::mem::align_of::<F>() > 64 {
+        let b: Box<dyn FnOnce() + Send> = Box::new(f);
+        return newproc_placed(move || b(), stack_size, name);
+    }
+    newproc_placed(f, stack_size, name)
+}
+
+fn newproc_placed<F: FnOnce() + Send + 'static>(
+    f: F,
+    stack_size: Option<usize>,
+    name: Option<&'static str>,
+) -> std::io::Result<u64> {
+    crate::ensure_started();
+    park::preempt_check();
+    let mp = getm();
+    // SAFETY: this thread's M, if any; its P is stable while we run on it.
+    let pp = if mp.is_null() { ptr::null_mut() } else { unsafe { (*mp).p.get() } };
+    // SAFETY: pp is held by this M.
+    let p = unsafe { pp.as_ref() };
+    let want = match stack_size {
+        Some(s) => stack::round_size(s),
+        None => SCHED.stack_size.load(Ordering::Relaxed),
+    };
+    let mut gp = match p {
+        Some(p) => sched::gfget(p),
+        None => sched::gfget_global(),
+    };
+    if gp.is_null() {
+        gp = G::alloc(None);
+        // SAFETY: fresh G, ours.
+        unsafe { (*gp).cas_status(GStatus::Idle, GStatus::Dead) };
+    }
+    // SAFETY: gp is Dead and ours (fresh or from a free list).
+    let g = unsafe { &*gp };
+    let st = match g.stack.get() {
+        Some(s) if s.size() == want => s,
+        other => {
+            if let Some(s) = other {
+                stack::free(s);
+                g.stack.set(None);
+            }
+            match stack::alloc(want) {
+                Ok(s) => s,
+                Err(e) => {
+                    // Keep the G for reuse; report the exhaustion.
+                    match p {
+                        Some(p) => sched::gfput(p, gp),
+                        None => crate::throw::throw("newproc: stack allocation failed"),
+                    }
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("goro: cannot allocate a {} KiB goroutine stack: {e}", want >> 10),
+                    ));
+                }
+            }
+        }
+    };
+    g.stack.set(Some(st));
+    // Put the closure at the top of the stack and the first frame below it.
+    let size = core::mem::size_of::<F>();
+    let align = core::mem::align_of::<F>().max(16);
+    let fptr = (st.hi - size) & !(align - 1);
+    // SAFETY: [fptr, hi) is inside the stack, which no one runs on (the G is
+    // Dead); fptr is aligned for F.
+    unsafe { ptr::write(fptr as *mut F, f) };
+    // SAFETY: fptr is 16-byte aligned with the whole stack below it.
+    let sp = unsafe { crate::arch::init_frame(fptr, goentry::<F>, fptr as *mut u8) };
+    // SAFETY: the G is ours until it is queued below.
+    unsafe { (*g.gobuf()).sp = sp };
+    let goid = sched::next_goid(p);
+    g.goid.set(goid);
+    g.name.set(name);
+    g.param.store(0, Ordering::Relaxed);
+    SCHED.ngoroutines.fetch_add(1, Ordering::Relaxed); // statistics only
+    g.cas_status(GStatus::Dead, GStatus::Runnable);
+    match p {
+        Some(p) => {
+            sched::runqput(p, gp, true);
+            sched::wakep();
+        }
+        None => sched::globrunqput_and_wake(gp),
+    }
+    Ok(goid)
+}
+
+// ---------------------------------------------------------------------------
+// Join.
+
+const PENDING: usize = 0;
+const DONE: usize = 1;
+
+/// Result slot shared by a goroutine and its JoinHandle. `state` is
+/// PENDING, DONE, or a pointer to the joiner's `Waiter` (parked).
+struct Packet<T> {
+    state: AtomicUsize,
+    result: UnsafeCell<Option<std::thread::Result<T>>>,
+}
+
+// SAFETY: `result` is written once by the goroutine before the Release swap
+// to DONE and read by the joiner after an Acquire load of DONE.
+unsafe impl<T: Send> Sync for Packet<T> {}
+
+/// A parked joiner: a goroutine or a thread.
+struct Waiter {
+    g: *mut G,
+    parker: Parker,
+}
+
+impl<T> Packet<T> {
+    /// Goroutine side: publish the result and wake the joiner if parked.
+    fn complete(&self, r: std::thread::Result<T>) {
+        // SAFETY: only the goroutine writes, before publishing DONE.
+        unsafe { *self.result.get() = Some(r) };
+        // AcqRel: Release publishes the result; Acquire sees the waiter.
+        let prev = self.state.swap(DONE, Ordering::AcqRel);
+        if prev != PENDING && prev != DONE {
+            let w = prev as *const Waiter;
+            // SAFETY: the joiner's Waiter stays live until it is woken.
+            unsafe {
+                if (*w).g.is_null() {
+                    (*w).parker.unpark(0);
+                } else {
+                    park::goready((*w).g);
+                }
+            }
+        }
+    }
+
+    fn take(&self) -> std::thread::Result<T> {
+        // SAFETY: state is DONE (Acquire-loaded by the caller): the writer is done.
+        match unsafe { (*self.result.get()).take() } {
+            Some(r) => r,
+            None => crate::throw::throw("join: result taken twice"),
+        }
+    }
+}
+
+fn join_commit(_gp: *mut G, arg: *mut u8) -> bool {
+    // SAFETY: arg is (&AtomicUsize state, &Waiter) on the parked G's stack.
+    let (state, w) = unsafe { *(arg as *const (*const AtomicUsize, *const Waiter)) };
+    // AcqRel: Release publishes the waiter; failing means DONE: resume.
+    // SAFETY: state points into the Packet the joiner holds an Arc to.
+    unsafe { &*state }
+        .compare_exchange(PENDING, w as usize, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+}
+
+/// An owned permission to join a goroutine (like `std::thread::JoinHandle`).
+/// Dropping it detaches the goroutine.
+pub struct JoinHandle<T> {
+    packet: Arc<Packet<T>>,
+    id: u64,
+    _t: PhantomData<T>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Waits for the goroutine to finish: parks the calling goroutine, or
+    /// blocks the calling OS thread. `Err(payload)` if it panicked.
+    pub fn join(self) -> std::thread::Result<T> {
+        let p = &*self.packet;
+        // Acquire: pairs with complete's Release.
+        if p.state.load(Ordering::Acquire) != DONE {
+            let gp = crate::m::getg();
+            let w = Waiter { g: gp, parker: Parker::new() };
+            if !gp.is_null() {
+                let args: (*const AtomicUsize, *const Waiter) = (&p.state, &w);
+                park::gopark(Some(join_commit), &args as *const _ as *mut u8);
+            } else if p
+                .state
+                .compare_exchange(PENDING, &w as *const Waiter as usize, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                w.parker.park();
+            }
+            // Acquire: pairs with complete's Release swap.
+            if p.state.load(Ordering::Acquire) != DONE {
+                crate::throw::throw("join: woken before completion");
+            }
+        }
+        p.take()
+    }
+
+    /// Whether the goroutine has finished (its result is ready).
+    pub fn is_finished(&self) -> bool {
+        self.packet.state.load(Ordering::Acquire) == DONE
+    }
+
+    /// The goroutine's id (unique per process, as `current_id` reports it).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl<T> std::fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinHandle").field("id", &self.id).finish()
+    }
+}
+
+/// Spawns with options; shared by `spawn` and `Builder::spawn`.
+pub(crate) fn spawn_with<F, T>(f: F, stack_size: Option<usize>, name: Option<&'static str>) -> std::io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let packet = Arc::new(Packet { state: AtomicUsize::new(PENDING), result: UnsafeCell::new(None) });
+    let their = packet.clone();
+    let id = newproc(
+        move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            their.complete(r);
+        },
+        stack_size,
+        name,
+    )?;
+    Ok(JoinHandle { packet, id, _t: PhantomData })
+}
+
+/// Spawns a goroutine running `f` (Go's `go f()`); `go!` is the same.
+/// The goroutine starts on the current P's runnext (it runs soon, and
+/// another M may steal it). Starts the runtime if needed.
+///
+/// Panics if the goroutine's stack cannot be mapped (address space or
+/// `vm.max_map_count` exhausted); use [`Builder::spawn`] to get the error.
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match spawn_with(f, None, None) {
+        Ok(h) => h,
+        Err(e) => panic!("goro::spawn: {e}"),
+    }
+}
+
+/// Goroutine factory with options (like `std::thread::Builder`).
+#[derive(Debug, Default, Clone)]
+pub struct Builder {
+    name: Option<String>,
+    stack_size: Option<usize>,
+}
+
+impl Builder {
+    /// A builder with the runtime defaults.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Names the goroutine (shown in diagnostics such as stack overflows).
+    pub fn name(mut self, name: impl Into<String>) -> Builder {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Stack reservation in bytes (rounded up to pages, at least 64 KiB;
+    /// guard page not included). Pages are committed only when touched.
+    pub fn stack_size(mut self, bytes: usize) -> Builder {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Spawns the goroutine. Errors: its stack could not be mapped.
+    pub fn spawn<F, T>(self, f: F) -> std::io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        // Names live as long as the process (goroutine names are few and
+        // diagnostic; a G keeps only a &'static str).
+        let name: Option<&'static str> = self.name.map(|s| &*Box::leak(s.into_boxed_str()));
+        spawn_with(f, self.stack_size, name)
+    }
+}

@@ -1,0 +1,376 @@
+//! Per-P local run queue: a 256-slot lock-free ring plus the `runnext` slot.
+//!
+//! Go's runqput/runqget/runqgrab/runqsteal (proc.go). The owner P is the single
+//! producer (put) and one of many consumers (get); other Ps steal half of the
+//! ring at a time. The queue knows goroutines only as raw handles (`*mut T`),
+//! so the stress tests below drive it without any scheduler or assembly.
+//!
+//! Memory ordering follows Go's: `tail` is written only by the owner and
+//! published with a Release store that pairs with the stealers' Acquire
+//! loads, so the slots written before it are visible; `head` moves by CAS
+//! (AcqRel on success: it both consumes slots read before it and orders those
+//! reads before the owner may overwrite the slots). Slot contents are atomics
+//! accessed Relaxed: a stealer may read a slot the owner is concurrently
+//! overwriting, but then its head CAS fails and the value is discarded (the
+//! race Go tolerates with plain loads, made defined here).
+
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+/// Slots in the local ring (Go: len(p.runq) = 256).
+pub(crate) const LOCAL_CAP: usize = 256;
+
+/// A P's local run queue. `put`, `get` and the receiving side of `steal_into`
+/// are owner-only; `grab` (the victim side of stealing) may run on any thread.
+pub(crate) struct Local<T> {
+    /// Next slot to consume; advanced by CAS by the owner and stealers.
+    head: AtomicU32,
+    /// Next slot to fill; written only by the owner (Release).
+    tail: AtomicU32,
+    buf: [AtomicPtr<T>; LOCAL_CAP],
+    /// Go's p.runnext: the G readied by the running G, run next and
+    /// inheriting its time slice. Any thread may CAS it away (stealing).
+    runnext: AtomicPtr<T>,
+}
+
+/// Goroutines that did not fit: half the ring plus the one being put, in
+/// order, for the caller to move to the global queue (Go's runqputslow).
+pub(crate) struct Overflow<T> {
+    pub(crate) batch: [*mut T; LOCAL_CAP / 2 + 1],
+    pub(crate) n: usize,
+}
+
+impl<T> Local<T> {
+    pub(crate) const fn new() -> Self {
+        Local {
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+            buf: [const { AtomicPtr::new(ptr::null_mut()) }; LOCAL_CAP],
+            runnext: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Number of goroutines in the ring plus runnext; a racy snapshot that
+    /// is never larger than the true count at some instant (Go's runqempty
+    /// care is not needed: callers use it for statistics and heuristics).
+    pub(crate) fn len(&self) -> usize {
+        // Acquire both ends so the difference is from one consistent-enough view.
+        let h = self.head.load(Ordering::Acquire);
+        let t = self.tail.load(Ordering::Acquire);
+        let n = t.wrapping_sub(h) as usize;
+        let n = if n > LOCAL_CAP { 0 } else { n };
+        n + usize::from(!self.runnext.load(Ordering::Relaxed).is_null())
+    }
+
+    /// Go's runqempty: true only if the ring and runnext were empty at one
+    /// moment (re-reads tail to rule out a concurrent runnext kick).
+    pub(crate) fn is_empty(&self) -> bool {
+        loop {
+            let h = self.head.load(Ordering::Acquire);
+            let t = self.tail.load(Ordering::Acquire);
+            let next = self.runnext.load(Ordering::Acquire);
+            if self.tail.load(Ordering::Acquire) == t {
+                return h == t && next.is_null();
+            }
+        }
+    }
+
+    /// Go's runqput. Owner only. With `next`, `gp` goes to runnext and the G
+    /// it displaces goes to the ring. If the ring is full, half of it plus
+    /// the G is returned for the global queue.
+    pub(crate) fn put(&self, mut gp: *mut T, next: bool) -> Result<(), Overflow<T>> {
+        if next {
+            // AcqRel: Release publishes gp to whoever takes runnext;
+            // Acquire takes ownership of the displaced G.
+            let old = self.runnext.swap(gp, Ordering::AcqRel);
+            if old.is_null() {
+                return Ok(());
+            }
+            gp = old;
+        }
+        loop {
+            // Acquire pairs with the stealers' head CAS: their reads of the
+            // slots we are about to overwrite happened before.
+            let h = self.head.load(Ordering::Acquire);
+            let t = self.tail.load(Ordering::Relaxed); // owner's own variable
+            if (t.wrapping_sub(h) as usize) < LOCAL_CAP {
+                self.buf[t as usize % LOCAL_CAP].store(gp, Ordering::Relaxed);
+                // Release: the slot write is visible to whoever sees the new tail.
+                self.tail.store(t.wrapping_add(1), Ordering::Release);
+                return Ok(());
+            }
+            if let Some(o) = self.put_slow(gp, h, t) {
+                return Err(o);
+            }
+            // The queue is no longer full (a stealer took some); retry.
+        }
+    }
+
+    /// Go's runqputslow: move half the ring plus `gp` out in one batch.
+    fn put_slow(&self, gp: *mut T, h: u32, t: u32) -> Option<Overflow<T>> {
+        let n = (t.wrapping_sub(h) / 2) as usize;
+        if n != LOCAL_CAP / 2 {
+            crate::throw::throw("runqputslow: queue is not full");
+        }
+        let mut o = Overflow { batch: [ptr::null_mut(); LOCAL_CAP / 2 + 1], n: n + 1 };
+        for i in 0..n {
+            o.batch[i] = self.buf[(h as usize + i) % LOCAL_CAP].load(Ordering::Relaxed);
+        }
+        // AcqRel: consumes the slots read above (see module doc).
+        if self
+            .head
+            .compare_exchange(h, h.wrapping_add(n as u32), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        o.batch[n] = gp;
+        Some(o)
+    }
+
+    /// Go's runqget. Owner only. Returns the G and whether it inherits the
+    /// current time slice (it came from runnext).
+    pub(crate) fn get(&self) -> Option<(*mut T, bool)> {
+        // Acquire: we take ownership of the G published by put's Release.
+        let next = self.runnext.load(Ordering::Acquire);
+        if !next.is_null()
+            && self
+                .runnext
+                .compare_exchange(next, ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some((next, true));
+        }
+        loop {
+            let h = self.head.load(Ordering::Acquire);
+            let t = self.tail.load(Ordering::Relaxed); // owner's own variable
+            if t == h {
+                return None;
+            }
+            let gp = self.buf[h as usize % LOCAL_CAP].load(Ordering::Relaxed);
+            if self
+                .head
+                .compare_exchange(h, h.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Some((gp, false));
+            }
+        }
+    }
+
+    /// Go's runqgrab: copy half of this (victim) queue into `dst` starting
+    /// at slot `dst_head`, and claim it. Any thread. With `steal_runnext`
+    /// and an empty ring, take runnext; `victim_running` makes it first wait
+    /// ~3 µs, because a running G that just readied runnext is usually about
+    /// to block and run it itself (Go: "a sync chan send/recv takes ~50ns").
+    fn grab(&self, dst: &Local<T>, dst_head: u32, steal_runnext: bool, victim_running: bool) -> u32 {
+        loop {
+            let h = self.head.load(Ordering::Acquire);
+            // Acquire pairs with the owner's Release store of tail.
+            let t = self.tail.load(Ordering::Acquire);
+            let mut n = t.wrapping_sub(h);
+            n -= n / 2;
+            if n == 0 {
+                if steal_runnext {
+                    let next = self.runnext.load(Ordering::Acquire);
+                    if !next.is_null() {
+                        if victim_running {
+                            crate::os::usleep(3);
+                        }
+                        if self
+                            .runnext
+                            .compare_exchange(next, ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed)
+                            .is_err()
+                        {
+                            continue;
+                        }
+                        dst.buf[dst_head as usize % LOCAL_CAP].store(next, Ordering::Relaxed);
+                        return 1;
+                    }
+                }
+                return 0;
+            }
+            if n as usize > LOCAL_CAP / 2 {
+                continue; // read inconsistent h and t
+            }
+            for i in 0..n {
+                let g = self.buf[(h.wrapping_add(i)) as usize % LOCAL_CAP].load(Ordering::Relaxed);
+                dst.buf[(dst_head.wrapping_add(i)) as usize % LOCAL_CAP].store(g, Ordering::Relaxed);
+            }
+            if self
+                .head
+                .compare_exchange(h, h.wrapping_add(n), Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return n;
+            }
+        }
+    }
+
+    /// Go's runqsteal: steal half of `victim`'s queue into `self` (whose
+    /// owner must be the caller) and return one G to run. Owner of `self` only.
+    pub(crate) fn steal_from(&self, victim: &Local<T>, steal_runnext: bool, victim_running: bool) -> Option<*mut T> {
+        let t = self.tail.load(Ordering::Relaxed); // owner's own variable
+        let mut n = victim.grab(self, t, steal_runnext, victim_running);
+        if n == 0 {
+            return None;
+        }
+        n -= 1;
+        let gp = self.buf[(t.wrapping_add(n)) as usize % LOCAL_CAP].load(Ordering::Relaxed);
+        if n == 0 {
+            return Some(gp);
+        }
+        let h = self.head.load(Ordering::Acquire);
+        if t.wrapping_sub(h).wrapping_add(n) as usize >= LOCAL_CAP {
+            crate::throw::throw("runqsteal: runq overflow");
+        }
+        // Release: publishes the stolen slots to our own stealers.
+        self.tail.store(t.wrapping_add(n), Ordering::Release);
+        Some(gp)
+    }
+
+    /// Drains everything (runnext first). Owner only, or with the P stopped.
+    pub(crate) fn drain(&self, mut f: impl FnMut(*mut T)) {
+        while let Some((gp, _)) = self.get() {
+            f(gp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Arc, Mutex};
+
+    fn item(i: usize) -> *mut usize {
+        Box::into_raw(Box::new(i))
+    }
+
+    #[test]
+    fn put_get_fifo_and_runnext() {
+        let q: Local<usize> = Local::new();
+        for i in 0..10 {
+            q.put(item(i), false).ok().unwrap();
+        }
+        q.put(item(100), true).ok().unwrap();
+        // runnext first, then FIFO.
+        let (g, inherit) = q.get().unwrap();
+        assert!(inherit);
+        assert_eq!(unsafe { *Box::from_raw(g) }, 100);
+        for i in 0..10 {
+            let (g, inherit) = q.get().unwrap();
+            assert!(!inherit);
+            assert_eq!(unsafe { *Box::from_raw(g) }, i);
+        }
+        assert!(q.get().is_none());
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn runnext_displaces_to_tail() {
+        let q: Local<usize> = Local::new();
+        q.put(item(1), true).ok().unwrap();
+        q.put(item(2), true).ok().unwrap();
+        assert_eq!(q.len(), 2);
+        assert_eq!(unsafe { *Box::from_raw(q.get().unwrap().0) }, 2);
+        assert_eq!(unsafe { *Box::from_raw(q.get().unwrap().0) }, 1);
+    }
+
+    #[test]
+    fn overflow_moves_half_plus_one() {
+        let q: Local<usize> = Local::new();
+        for i in 0..LOCAL_CAP {
+            q.put(item(i), false).ok().unwrap();
+        }
+        let o = match q.put(item(999), false) {
+            Err(o) => o,
+            Ok(()) => panic!("full queue accepted a put"),
+        };
+        assert_eq!(o.n, LOCAL_CAP / 2 + 1);
+        for i in 0..LOCAL_CAP / 2 {
+            assert_eq!(unsafe { *o.batch[i] }, i);
+        }
+        assert_eq!(unsafe { *o.batch[LOCAL_CAP / 2] }, 999);
+        assert_eq!(q.len(), LOCAL_CAP / 2);
+    }
+
+    #[test]
+    fn steal_takes_half() {
+        let victim: Local<usize> = Local::new();
+        let thief: Local<usize> = Local::new();
+        for i in 0..10 {
+            victim.put(item(i), false).ok().unwrap();
+        }
+        let g = thief.steal_from(&victim, false, false).unwrap();
+        assert_eq!(unsafe { *g }, 4); // took 0..5, returns the last
+        assert_eq!(thief.len(), 4);
+        assert_eq!(victim.len(), 5);
+        // runnext is stolen only when asked and the ring is empty.
+        let v2: Local<usize> = Local::new();
+        v2.put(item(7), true).ok().unwrap();
+        assert!(thief.steal_from(&v2, false, false).is_none());
+        assert_eq!(unsafe { *thief.steal_from(&v2, true, false).unwrap() }, 7);
+    }
+
+    /// Deterministic-outcome stress: one owner puts/gets, several thieves
+    /// steal concurrently; every item must be consumed exactly once.
+    #[test]
+    fn stress_put_get_steal_exactly_once() {
+        const N: usize = 200_000;
+        const THIEVES: usize = 3;
+        let victim = Arc::new(Local::<usize>::new());
+        let done = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::with_capacity(N)));
+        let mut hs = Vec::new();
+        for _ in 0..THIEVES {
+            let victim = victim.clone();
+            let done = done.clone();
+            let seen = seen.clone();
+            hs.push(std::thread::spawn(move || {
+                let mine = Local::<usize>::new();
+                let mut local = Vec::new();
+                loop {
+                    let finished = done.load(Ordering::Acquire);
+                    if let Some(g) = mine.steal_from(&victim, true, false) {
+                        local.push(unsafe { *Box::from_raw(g) });
+                        while let Some((g, _)) = mine.get() {
+                            local.push(unsafe { *Box::from_raw(g) });
+                        }
+                    } else if finished {
+                        break;
+                    }
+                }
+                seen.lock().unwrap().extend(local);
+            }));
+        }
+        let mut overflowed = Vec::new();
+        let mut local = Vec::new();
+        for i in 0..N {
+            if let Err(o) = victim.put(item(i), i % 7 == 0) {
+                for &g in &o.batch[..o.n] {
+                    overflowed.push(unsafe { *Box::from_raw(g) });
+                }
+            }
+            if i % 3 == 0 {
+                if let Some((g, _)) = victim.get() {
+                    local.push(unsafe { *Box::from_raw(g) });
+                }
+            }
+        }
+        while let Some((g, _)) = victim.get() {
+            local.push(unsafe { *Box::from_raw(g) });
+        }
+        done.store(true, Ordering::Release);
+        for h in hs {
+            h.join().unwrap();
+        }
+        let mut all = seen.lock().unwrap().clone();
+        all.extend(local);
+        all.extend(overflowed);
+        assert_eq!(all.len(), N, "items lost or duplicated");
+        let set: HashSet<usize> = all.into_iter().collect();
+        assert_eq!(set.len(), N, "an item was consumed twice");
+    }
+}

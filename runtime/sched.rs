@@ -1,0 +1,1152 @@
+//! The scheduler: schedule, findRunnable, work stealing, and the M/P
+//! hand-offs (wakep, startm, stopm, handoffp). Go's proc.go.
+//!
+//! # Worker thread parking/unparking
+//!
+//! (After Go's essay of the same name in proc.go.) We must keep enough Ms
+//! running to use the available Ps, and park the rest to save CPU. The
+//! difficulty is that work is submitted from many places at once (newproc,
+//! goready, timers, netpoll) and the decision to park races with it.
+//!
+//! Rejected designs: (1) centralising all scheduler state behind one lock
+//! (does not scale); (2) direct handoff of the goroutine to a woken M (costs
+//! a wake-up and thread migration per readied G: the readying M will often be
+//! free to run it itself a moment later); (3) waking an M whenever a G is
+//! readied and there is an idle P (excessive wake-ups; Ms find nothing and
+//! park again).
+//!
+//! Chosen design: an M is *spinning* when it has a P, found no work in its
+//! local queue, global queue and netpoll, and is looking for work to steal.
+//! Spinning Ms are counted in `sched.nmspinning`. When work is submitted and
+//! there is an idle P and no spinning M, one M is woken (wakep) to spin.
+//! A spinning M that finds work stops spinning and, if it was the last
+//! spinner, wakes another one (resetspinning): this limits wake-ups to bursts
+//! while ensuring a new batch of work never waits for a running G to yield.
+//!
+//! The lost wake-up race, and the protocol that closes it. Submitter:
+//! (a) publish the G (run queue store), (b) StoreLoad fence, (c) read
+//! nmspinning/npidle in wakep. Spinning M about to park: (1) put its P on the
+//! idle list (npidle++), (2) nmspinning-- , (3) StoreLoad fence, (4) re-check
+//! every P's run queue (and the global queue) and, if it finds work, take a P
+//! back and spin again. Either the submitter sees the spinner (and relies on
+//! it) or the spinner's re-check sees the G: both fences are `fence(SeqCst)`
+//! below, marked "StoreLoad (parking essay)".
+//!
+//! # Where code runs
+//! - `schedule`, `find_runnable`, `execute`, `stopm`: g0 only.
+//! - `wakep`, `startm`, `goready` (park.rs): any M, with or without a P.
+//! - run-queue puts: owner P only. Steals: any M holding a P.
+
+use crate::g::{GStatus, G};
+use crate::m::{getm, setm, Note, M, MAX_M};
+use crate::p::{PStatus, GFREE_BATCH, GFREE_MAX, GOID_BATCH, P};
+use crate::runq::LOCAL_CAP;
+use crate::stack::{self, Stack};
+use crate::{arch, netpoll, os};
+use core::ptr;
+use core::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use parking_lot::{Mutex, MutexGuard};
+
+/// Largest GOMAXPROCS accepted (Ps are preallocated slots in `ALLP`).
+pub const MAX_PROCS: usize = 1024;
+
+/// Go's schedule fairness: every 61st schedtick takes from the global queue.
+const GLOBAL_FAIRNESS_TICK: u32 = 61;
+
+/// Steal rounds over all Ps (Go's stealTries).
+const STEAL_TRIES: usize = 4;
+
+/// Everything guarded by sched.lock (Go's schedt fields under lock).
+pub(crate) struct Synced {
+    /// Global run queue (intrusive through g.schedlink).
+    runq_head: *mut G,
+    runq_tail: *mut G,
+    runqsize: i32,
+    /// Idle Ps.
+    pidle: *mut P,
+    /// Idle Ms.
+    midle: *mut M,
+    pub(crate) nmidle: i32,
+    /// Ms created so far (next M id).
+    pub(crate) mnext: i64,
+    /// Global free Gs (with stacks), count.
+    gfree: *mut G,
+    ngfree: i32,
+    /// STW: Ps still to stop.
+    stopwait: i32,
+}
+
+// SAFETY: only reachable through the lock.
+unsafe impl Send for Synced {}
+
+/// Go's schedt.
+pub(crate) struct Sched {
+    pub(crate) lock: Mutex<Synced>,
+    /// Spinning Ms. SeqCst where the parking essay needs a StoreLoad order.
+    pub(crate) nmspinning: AtomicI32,
+    /// Idle Ps (mirror of the idle list length, written under lock).
+    pub(crate) npidle: AtomicI32,
+    /// Global run queue length (mirror, written under lock, read racily to
+    /// skip taking the lock).
+    pub(crate) runqsize: AtomicI32,
+    /// GOMAXPROCS.
+    pub(crate) gomaxprocs: AtomicI32,
+    /// Stop-the-world requested (Go's gcwaiting).
+    pub(crate) gcwaiting: AtomicBool,
+    /// STW initiator sleeps here until stopwait reaches 0.
+    stopnote: Note,
+    /// Last time netpoll was entered; 0 while an M is blocked in it (Go's
+    /// lastpoll), and the deadline it is blocked until (Go's pollUntil).
+    pub(crate) lastpoll: AtomicI64,
+    pub(crate) poll_until: AtomicI64,
+    /// Goroutine id generator (batches go to Ps).
+    goidgen: AtomicU64,
+    /// Live goroutines (runnable, running, waiting, syscall).
+    pub(crate) ngoroutines: AtomicI64,
+    /// Ms created (threads).
+    pub(crate) mcount: AtomicI32,
+    /// Default stack size for new goroutines (bytes, page-rounded).
+    pub(crate) stack_size: AtomicUsize,
+    /// STW serialisation (procresize callers).
+    stw: Mutex<()>,
+}
+
+/// The scheduler singleton.
+pub(crate) static SCHED: Sched = Sched {
+    lock: Mutex::new(Synced {
+        runq_head: ptr::null_mut(),
+        runq_tail: ptr::null_mut(),
+        runqsize: 0,
+        pidle: ptr::null_mut(),
+        midle: ptr::null_mut(),
+        nmidle: 0,
+        mnext: 0,
+        gfree: ptr::null_mut(),
+        ngfree: 0,
+        stopwait: 0,
+    }),
+    nmspinning: AtomicI32::new(0),
+    npidle: AtomicI32::new(0),
+    runqsize: AtomicI32::new(0),
+    gomaxprocs: AtomicI32::new(0),
+    gcwaiting: AtomicBool::new(false),
+    stopnote: Note::new(),
+    lastpoll: AtomicI64::new(1),
+    poll_until: AtomicI64::new(0),
+    goidgen: AtomicU64::new(0),
+    ngoroutines: AtomicI64::new(0),
+    mcount: AtomicI32::new(0),
+    stack_size: AtomicUsize::new(256 << 10),
+    stw: Mutex::new(()),
+};
+
+/// All Ps ever created, indexed by id; slots < gomaxprocs are live. Ps are
+/// never freed, so any M may read any slot without a snapshot.
+pub(crate) static ALLP: [AtomicPtr<P>; MAX_PROCS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_PROCS];
+
+/// The P with index `i` (must exist).
+#[inline]
+pub(crate) fn allp(i: usize) -> &'static P {
+    // Acquire pairs with the Release in procresize that published it.
+    let pp = ALLP[i].load(Ordering::Acquire);
+    // SAFETY: Ps are never freed; i < gomaxprocs was checked by callers.
+    unsafe { &*pp }
+}
+
+#[inline]
+pub(crate) fn gomaxprocs() -> usize {
+    SCHED.gomaxprocs.load(Ordering::Relaxed) as usize
+}
+
+// ---------------------------------------------------------------------------
+// Global run queue (under sched.lock).
+
+impl Synced {
+    /// Go's globrunqput.
+    pub(crate) fn globrunqput(&mut self, gp: *mut G) {
+        // SAFETY: gp is a runnable G owned by the caller until queued.
+        unsafe { (*gp).schedlink.set(ptr::null_mut()) };
+        if self.runq_tail.is_null() {
+            self.runq_head = gp;
+        } else {
+            // SAFETY: the tail is a queued G; the queue is ours under lock.
+            unsafe { (*self.runq_tail).schedlink.set(gp) };
+        }
+        self.runq_tail = gp;
+        self.runqsize += 1;
+        SCHED.runqsize.store(self.runqsize, Ordering::Relaxed);
+    }
+
+    /// Go's globrunqputhead.
+    fn globrunqputhead(&mut self, gp: *mut G) {
+        // SAFETY: as in globrunqput.
+        unsafe { (*gp).schedlink.set(self.runq_head) };
+        self.runq_head = gp;
+        if self.runq_tail.is_null() {
+            self.runq_tail = gp;
+        }
+        self.runqsize += 1;
+        SCHED.runqsize.store(self.runqsize, Ordering::Relaxed);
+    }
+
+    fn globrunqpop(&mut self) -> *mut G {
+        let gp = self.runq_head;
+        if gp.is_null() {
+            return gp;
+        }
+        // SAFETY: gp is queued; the queue is ours under lock.
+        self.runq_head = unsafe { (*gp).schedlink.get() };
+        if self.runq_head.is_null() {
+            self.runq_tail = ptr::null_mut();
+        }
+        self.runqsize -= 1;
+        SCHED.runqsize.store(self.runqsize, Ordering::Relaxed);
+        gp
+    }
+
+    /// Go's globrunqget: take a batch of min(size/GOMAXPROCS + 1, max,
+    /// 128) Gs, return one and put the rest on `pp`'s local queue.
+    fn globrunqget(&mut self, pp: &P, max: i32) -> *mut G {
+        if self.runqsize == 0 {
+            return ptr::null_mut();
+        }
+        let mut n = self.runqsize / (gomaxprocs() as i32).max(1) + 1;
+        n = n.min(self.runqsize);
+        if max > 0 {
+            n = n.min(max);
+        }
+        n = n.min(LOCAL_CAP as i32 / 2);
+        let gp = self.globrunqpop();
+        for _ in 1..n {
+            let g1 = self.globrunqpop();
+            if pp.runq.put(g1, false).is_err() {
+                crate::throw::throw("globrunqget: local queue overflow");
+            }
+        }
+        gp
+    }
+
+    /// Go's pidleput. The P must have an empty run queue.
+    fn pidleput(&mut self, pp: &P) {
+        pp.set_status(PStatus::Idle);
+        pp.m.set(ptr::null_mut());
+        pp.link.set(self.pidle);
+        self.pidle = pp as *const P as *mut P;
+        SCHED.npidle.fetch_add(1, Ordering::SeqCst); // SeqCst: StoreLoad (parking essay)
+    }
+
+    /// Go's pidleget.
+    fn pidleget(&mut self) -> *mut P {
+        let pp = self.pidle;
+        if !pp.is_null() {
+            // SAFETY: idle Ps are owned by the list under lock.
+            self.pidle = unsafe { (*pp).link.get() };
+            SCHED.npidle.fetch_sub(1, Ordering::SeqCst);
+        }
+        pp
+    }
+
+    /// Go's mput.
+    fn mput(&mut self, mp: *mut M) {
+        // SAFETY: mp is the calling M, alive forever.
+        unsafe { (*mp).schedlink.set(self.midle) };
+        self.midle = mp;
+        self.nmidle += 1;
+    }
+
+    /// Go's mget.
+    fn mget(&mut self) -> *mut M {
+        let mp = self.midle;
+        if !mp.is_null() {
+            // SAFETY: idle Ms are owned by the list under lock.
+            self.midle = unsafe { (*mp).schedlink.get() };
+            self.nmidle -= 1;
+        }
+        mp
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Runtime start.
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+static START_LOCK: Mutex<()> = Mutex::new(());
+
+/// Whether the runtime is running.
+pub(crate) fn started() -> bool {
+    // Acquire pairs with the Release in `start`.
+    STARTED.load(Ordering::Acquire)
+}
+
+/// Go's schedinit + main's first steps: allocate Ps, init netpoll, start
+/// sysmon. Idempotent; returns false if it was already running.
+pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
+    let _g = START_LOCK.lock();
+    if STARTED.load(Ordering::Acquire) {
+        return Ok(false);
+    }
+    SCHED.stack_size.store(stack::round_size(cfg.stack_size), Ordering::Relaxed);
+    netpoll::init()?;
+    crate::signal::init();
+    SCHED.lastpoll.store(os::nanotime(), Ordering::Relaxed);
+    {
+        let mut s = SCHED.lock.lock();
+        procresize(&mut s, cfg.max_procs as i32, ptr::null_mut());
+    }
+    crate::sysmon::start(cfg);
+    STARTED.store(true, Ordering::Release);
+    Ok(true)
+}
+
+// ---------------------------------------------------------------------------
+// Goroutine ids and free lists.
+
+/// Next goroutine id from `pp`'s cache (Go's newproc1 goid batching).
+pub(crate) fn next_goid(pp: Option<&P>) -> u64 {
+    match pp {
+        Some(pp) => {
+            if pp.goidcache.get() == pp.goidcacheend.get() {
+                // Relaxed: uniqueness comes from the RMW alone.
+                let end = SCHED.goidgen.fetch_add(GOID_BATCH, Ordering::Relaxed) + GOID_BATCH;
+                pp.goidcache.set(end - GOID_BATCH + 1);
+                pp.goidcacheend.set(end + 1);
+            }
+            let id = pp.goidcache.get();
+            pp.goidcache.set(id + 1);
+            id
+        }
+        None => SCHED.goidgen.fetch_add(1, Ordering::Relaxed) + 1,
+    }
+}
+
+/// Go's gfput: put a dead G on `pp`'s free list; spill half to the global
+/// list when the P holds GFREE_MAX, releasing those stacks' cold pages.
+pub(crate) fn gfput(pp: &P, gp: *mut G) {
+    // SAFETY: gp is dead and owned by the caller.
+    let g = unsafe { &*gp };
+    if let Some(s) = g.stack.get() {
+        if s.size() != SCHED.stack_size.load(Ordering::Relaxed) {
+            stack::free(s);
+            g.stack.set(None);
+        }
+    }
+    g.schedlink.set(pp.gfree.get());
+    pp.gfree.set(gp);
+    pp.gfree_n.set(pp.gfree_n.get() + 1);
+    if pp.gfree_n.get() >= GFREE_MAX {
+        let mut batch: *mut G = ptr::null_mut();
+        let mut n = 0;
+        while pp.gfree_n.get() > GFREE_BATCH {
+            let g1 = pp.gfree.get();
+            // SAFETY: g1 is on our free list.
+            let g1r = unsafe { &*g1 };
+            pp.gfree.set(g1r.schedlink.get());
+            pp.gfree_n.set(pp.gfree_n.get() - 1);
+            if let Some(s) = g1r.stack.get() {
+                s.release_cold();
+            }
+            g1r.schedlink.set(batch);
+            batch = g1;
+            n += 1;
+        }
+        let mut s = SCHED.lock.lock();
+        while !batch.is_null() {
+            // SAFETY: batch is our private list.
+            let next = unsafe { (*batch).schedlink.get() };
+            // SAFETY: as above.
+            unsafe { (*batch).schedlink.set(s.gfree) };
+            s.gfree = batch;
+            batch = next;
+        }
+        s.ngfree += n;
+        NGFREE.store(s.ngfree, Ordering::Relaxed);
+    }
+}
+
+/// Mirror of the global free list length, read without the lock.
+static NGFREE: AtomicI32 = AtomicI32::new(0);
+
+/// Go's gfget: a dead G with a stack of the default size from `pp`'s free
+/// list (refilled from the global list), or null.
+pub(crate) fn gfget(pp: &P) -> *mut G {
+    // Relaxed: a racy hint; the list itself is read under the lock.
+    if pp.gfree.get().is_null() && NGFREE.load(Ordering::Relaxed) > 0 {
+        let mut s = SCHED.lock.lock();
+        while pp.gfree_n.get() < GFREE_BATCH && !s.gfree.is_null() {
+            let gp = s.gfree;
+            // SAFETY: gp is on the global free list, owned under lock.
+            s.gfree = unsafe { (*gp).schedlink.get() };
+            s.ngfree -= 1;
+            NGFREE.store(s.ngfree, Ordering::Relaxed);
+            // SAFETY: now ours.
+            unsafe { (*gp).schedlink.set(pp.gfree.get()) };
+            pp.gfree.set(gp);
+            pp.gfree_n.set(pp.gfree_n.get() + 1);
+        }
+    }
+    let gp = pp.gfree.get();
+    if gp.is_null() {
+        return gp;
+    }
+    // SAFETY: gp is on our free list.
+    pp.gfree.set(unsafe { (*gp).schedlink.get() });
+    pp.gfree_n.set(pp.gfree_n.get() - 1);
+    gp
+}
+
+/// A dead G from the global free list (for spawns from plain threads).
+pub(crate) fn gfget_global() -> *mut G {
+    let mut s = SCHED.lock.lock();
+    let gp = s.gfree;
+    if !gp.is_null() {
+        // SAFETY: on the global list, owned under lock.
+        s.gfree = unsafe { (*gp).schedlink.get() };
+        s.ngfree -= 1;
+        NGFREE.store(s.ngfree, Ordering::Relaxed);
+    }
+    gp
+}
+
+/// Allocates a stack or throws the OS error (exhaustion is reported, not a
+/// SIGSEGV). Used where the caller cannot return an error.
+pub(crate) fn stackalloc_or_err(size: usize) -> std::io::Result<Stack> {
+    stack::alloc(size)
+}
+
+// ---------------------------------------------------------------------------
+// Putting Gs on queues.
+
+/// Go's runqput on the current M's P, spilling to the global queue.
+/// Owner P only.
+pub(crate) fn runqput(pp: &P, gp: *mut G, next: bool) {
+    if let Err(o) = pp.runq.put(gp, next) {
+        let mut s = SCHED.lock.lock();
+        for &g in &o.batch[..o.n] {
+            s.globrunqput(g);
+        }
+    }
+}
+
+/// Puts a runnable G on the global queue and wakes an M. Any thread.
+pub(crate) fn globrunqput_and_wake(gp: *mut G) {
+    SCHED.lock.lock().globrunqput(gp);
+    wakep();
+}
+
+// ---------------------------------------------------------------------------
+// M management.
+
+/// Go's wakep: wake (or create) one spinning M if there is an idle P and
+/// nobody is spinning. Any thread.
+pub(crate) fn wakep() {
+    // StoreLoad (parking essay): the submitter's queue store above must be
+    // ordered before these loads.
+    fence(Ordering::SeqCst);
+    if SCHED.npidle.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    // Be conservative about spinning Ms: at most one is woken at a time.
+    if SCHED.nmspinning.load(Ordering::SeqCst) != 0
+        || SCHED.nmspinning.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_err()
+    {
+        return;
+    }
+    startm(ptr::null_mut(), true);
+}
+
+/// Go's startm: run `pp` (or an idle P if null) on an idle or new M. With
+/// `spinning`, the caller has already incremented nmspinning and the M
+/// starts spinning; if no P is available the increment is undone.
+pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
+    let mut s = SCHED.lock.lock();
+    if pp.is_null() {
+        pp = s.pidleget();
+        if pp.is_null() {
+            drop(s);
+            if spinning && SCHED.nmspinning.fetch_sub(1, Ordering::SeqCst) <= 0 {
+                crate::throw::throw("startm: negative nmspinning");
+            }
+            return;
+        }
+    }
+    let nmp = s.mget();
+    if nmp.is_null() {
+        let id = s.mnext;
+        s.mnext += 1;
+        drop(s);
+        newm(id, pp, spinning);
+        return;
+    }
+    // SAFETY: nmp is idle (asleep in stopm) and owned by us until woken.
+    let m = unsafe { &*nmp };
+    m.spinning.set(spinning);
+    m.nextp.set(pp);
+    drop(s);
+    m.park.wakeup();
+}
+
+/// Go's newm: create an OS thread for a new M that will run `pp`.
+fn newm(id: i64, pp: *mut P, spinning: bool) {
+    if id >= MAX_M {
+        crate::throw::throwf(format_args!("thread exhaustion: program exceeds {MAX_M}-thread limit"));
+    }
+    let mp = M::new(id);
+    // SAFETY: fresh M, not yet shared.
+    unsafe {
+        (*mp).nextp.set(pp);
+        (*mp).spinning.set(spinning);
+    }
+    SCHED.mcount.fetch_add(1, Ordering::Relaxed); // statistics only
+    let mpu = mp as usize;
+    let r = std::thread::Builder::new()
+        .name(format!("goro-m{id}"))
+        .stack_size(crate::m::G0_STACK_SIZE)
+        .spawn(move || mstart(mpu as *mut M));
+    if let Err(e) = r {
+        crate::throw::throwf(format_args!("runtime: failed to create new OS thread (have {id} already): {e}"));
+    }
+}
+
+/// Go's mstart: the body of every M's thread. Runs on the thread's native
+/// stack, which becomes its g0 stack.
+fn mstart(mp: *mut M) -> ! {
+    setm(mp);
+    // SAFETY: mp is this thread's M.
+    let m = unsafe { &*mp };
+    m.procid.store(os::gettid(), Ordering::Relaxed);
+    crate::signal::minit(m);
+    // g0's base: below this frame, with room for mstart's own locals.
+    let marker = 0u8;
+    let sp = ((&marker as *const u8 as usize) - 512) & !15;
+    m.g0_sp.set(sp);
+    let pp = m.nextp.replace(ptr::null_mut());
+    acquirep(m, pp);
+    schedule()
+}
+
+/// Go's stopm: put the M on the idle list and sleep until startm hands it a
+/// P. g0, without a P.
+fn stopm(m: &M) {
+    debug_assert!(m.p.get().is_null() && !m.spinning.get());
+    SCHED.lock.lock().mput(m as *const M as *mut M);
+    m.park.sleep();
+    m.park.clear();
+    let pp = m.nextp.replace(ptr::null_mut());
+    acquirep(m, pp);
+}
+
+/// Go's acquirep: associate `pp` with `m`; pp becomes Running.
+pub(crate) fn acquirep(m: &M, pp: *mut P) {
+    // SAFETY: pp came from the idle list or a handoff and is now ours.
+    let p = unsafe { &*pp };
+    p.m.set(m as *const M as *mut M);
+    p.set_status(PStatus::Running);
+    m.p.set(pp);
+}
+
+/// Go's releasep: disassociate the M's P; returns it.
+pub(crate) fn releasep(m: &M) -> *mut P {
+    let pp = m.p.replace(ptr::null_mut());
+    // SAFETY: pp was ours.
+    unsafe { (*pp).m.set(ptr::null_mut()) };
+    pp
+}
+
+/// Go's handoffp: hand off `pp` from an M that is about to block without
+/// it (syscall, locked G). Start an M if there is work; else idle it.
+pub(crate) fn handoffp(pp: *mut P) {
+    // SAFETY: pp is owned by the caller (released or retaken).
+    let p = unsafe { &*pp };
+    if !p.runq.is_empty() || SCHED.runqsize.load(Ordering::Relaxed) != 0 {
+        startm(pp, false);
+        return;
+    }
+    // No local work: if nobody is spinning or idle, start a spinner so
+    // global/stealable work is found.
+    if SCHED.nmspinning.load(Ordering::SeqCst) + SCHED.npidle.load(Ordering::SeqCst) == 0
+        && SCHED.nmspinning.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+    {
+        startm(pp, true);
+        return;
+    }
+    let mut s = SCHED.lock.lock();
+    if SCHED.gcwaiting.load(Ordering::Relaxed) {
+        p.set_status(PStatus::Stopped);
+        s.stopwait -= 1;
+        if s.stopwait == 0 {
+            SCHED.stopnote.wakeup();
+        }
+        return;
+    }
+    if s.runqsize != 0 {
+        drop(s);
+        startm(pp, false);
+        return;
+    }
+    // If this is the last running P and nobody is polling, keep an M for
+    // timers and the network.
+    if SCHED.npidle.load(Ordering::Relaxed) == gomaxprocs() as i32 - 1 && SCHED.lastpoll.load(Ordering::Relaxed) != 0 {
+        drop(s);
+        startm(pp, false);
+        return;
+    }
+    let when = p.timers.next_when();
+    s.pidleput(p);
+    drop(s);
+    if when != 0 {
+        wake_netpoller(when);
+    }
+}
+
+/// Go's wakeNetPoller: make sure some M will wake by `when` to run a timer.
+pub(crate) fn wake_netpoller(when: i64) {
+    if SCHED.lastpoll.load(Ordering::SeqCst) == 0 {
+        // An M is blocked in netpoll; break it if it sleeps past `when`.
+        let pu = SCHED.poll_until.load(Ordering::SeqCst);
+        if pu == 0 || pu > when {
+            netpoll::netpoll_break();
+        }
+    } else {
+        wakep();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// schedule / findRunnable.
+
+/// Go's schedule: find a runnable G and run it. g0 only; never returns.
+pub(crate) fn schedule() -> ! {
+    // SAFETY: called on g0 of the current thread's M.
+    let m = unsafe { &*getm() };
+    let (gp, inherit) = find_runnable(m);
+    if m.spinning.get() {
+        resetspinning(m);
+    }
+    execute(m, gp, inherit)
+}
+
+/// Go's resetspinning: this M found work; stop spinning and, if it was the
+/// last spinner, wake another (parking essay).
+fn resetspinning(m: &M) {
+    m.spinning.set(false);
+    if SCHED.nmspinning.fetch_sub(1, Ordering::SeqCst) <= 0 {
+        crate::throw::throw("resetspinning: negative nmspinning");
+    }
+    wakep();
+}
+
+/// Go's execute: run `gp` on this M. g0 only; never returns.
+pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
+    // SAFETY: gp is Runnable and was dequeued by us: we own it.
+    let g = unsafe { &*gp };
+    m.curg.set(gp);
+    g.m.set(m as *const M as *mut M);
+    g.cas_status(GStatus::Runnable, GStatus::Running);
+    g.preempt.store(false, Ordering::Relaxed);
+    if !inherit {
+        // SAFETY: we hold a P while executing.
+        let p = unsafe { &*m.p.get() };
+        p.schedtick.set(p.schedtick.get().wrapping_add(1));
+    }
+    // SAFETY: gp's context was saved by mcall or built by newproc; the
+    // status CAS above gave us exclusive ownership; g0's frames are dead.
+    unsafe { arch::gogo((*g.gobuf()).sp) }
+}
+
+/// Go's findRunnable: block until there is a G to run; returns it with the
+/// P held. g0 only.
+fn find_runnable(m: &M) -> (*mut G, bool) {
+    'top: loop {
+        // SAFETY: at the top of each iteration this M holds a P.
+        let pp = unsafe { &*m.p.get() };
+        if SCHED.gcwaiting.load(Ordering::Acquire) {
+            gcstopm(m);
+            continue 'top;
+        }
+        let (mut now, mut poll_until, _) = pp.timers.check(0);
+
+        // Fairness: a G from the global queue now and then, so two
+        // goroutines respawning each other cannot starve it.
+        if pp.schedtick.get() % GLOBAL_FAIRNESS_TICK == 0 && SCHED.runqsize.load(Ordering::Relaxed) > 0 {
+            let gp = SCHED.lock.lock().globrunqget(pp, 1);
+            if !gp.is_null() {
+                return (gp, false);
+            }
+        }
+        if let Some((gp, inherit)) = pp.runq.get() {
+            return (gp, inherit);
+        }
+        if SCHED.runqsize.load(Ordering::Relaxed) != 0 {
+            let gp = SCHED.lock.lock().globrunqget(pp, 0);
+            if !gp.is_null() {
+                return (gp, false);
+            }
+        }
+        // (Non-blocking netpoll for socket readiness goes here with goro::net.)
+
+        // Spin: steal, but cap spinners at half the busy Ps.
+        let procs = gomaxprocs() as i32;
+        if m.spinning.get() || 2 * SCHED.nmspinning.load(Ordering::SeqCst) < procs - SCHED.npidle.load(Ordering::SeqCst) {
+            if !m.spinning.get() {
+                m.spinning.set(true);
+                SCHED.nmspinning.fetch_add(1, Ordering::SeqCst);
+            }
+            let (gp, inherit, tnow, w, new_work) = steal_work(m, pp, now);
+            now = tnow;
+            if !gp.is_null() {
+                return (gp, inherit);
+            }
+            if new_work {
+                continue 'top;
+            }
+            if w != 0 && (poll_until == 0 || w < poll_until) {
+                poll_until = w;
+            }
+        }
+
+        // Nothing to do: give up the P.
+        {
+            let mut s = SCHED.lock.lock();
+            if SCHED.gcwaiting.load(Ordering::Acquire) {
+                drop(s);
+                continue 'top;
+            }
+            if s.runqsize != 0 {
+                let gp = s.globrunqget(pp, 0);
+                return (gp, false);
+            }
+            let p = releasep(m);
+            // SAFETY: p is the P we just released.
+            s.pidleput(unsafe { &*p });
+        }
+
+        let was_spinning = m.spinning.get();
+        if was_spinning {
+            m.spinning.set(false);
+            if SCHED.nmspinning.fetch_sub(1, Ordering::SeqCst) <= 0 {
+                crate::throw::throw("findrunnable: negative nmspinning");
+            }
+            // StoreLoad (parking essay): the decrement above must be visible
+            // before we re-check the queues, or a submitter that saw us
+            // spinning and a re-check that misses its G lose the wake-up.
+            fence(Ordering::SeqCst);
+            if let Some(p2) = check_runqs_no_p() {
+                acquirep(m, p2);
+                m.spinning.set(true);
+                SCHED.nmspinning.fetch_add(1, Ordering::SeqCst);
+                continue 'top;
+            }
+            poll_until = check_timers_no_p(poll_until);
+        }
+
+        // Block in netpoll until the next timer, if nobody else is.
+        if poll_until != 0 && SCHED.lastpoll.swap(0, Ordering::SeqCst) != 0 {
+            SCHED.poll_until.store(poll_until, Ordering::SeqCst);
+            if now == 0 {
+                now = os::nanotime();
+            }
+            let delay = (poll_until - now).max(0);
+            let mut list = Vec::new();
+            netpoll::netpoll(delay, &mut list);
+            SCHED.poll_until.store(0, Ordering::SeqCst);
+            SCHED.lastpoll.store(os::nanotime(), Ordering::SeqCst);
+            let p2 = SCHED.lock.lock().pidleget();
+            if p2.is_null() {
+                inject_glist(&list);
+            } else {
+                acquirep(m, p2);
+                if let Some((&gp, rest)) = list.split_first() {
+                    inject_glist(rest);
+                    // SAFETY: netpoll handed us gp, parked on a descriptor.
+                    unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
+                    return (gp, false);
+                }
+                if was_spinning {
+                    m.spinning.set(true);
+                    SCHED.nmspinning.fetch_add(1, Ordering::SeqCst);
+                }
+                continue 'top;
+            }
+        } else if poll_until != 0 {
+            let pu = SCHED.poll_until.load(Ordering::SeqCst);
+            if pu == 0 || pu > poll_until {
+                netpoll::netpoll_break();
+            }
+        }
+        stopm(m);
+    }
+}
+
+/// Go's stealWork: up to STEAL_TRIES rounds over all Ps in random order;
+/// the last round also runs their timers and may take their runnext.
+/// Returns (G, inherit, now, earliest timer seen, new work appeared).
+fn steal_work(m: &M, pp: &P, mut now: i64) -> (*mut G, bool, i64, i64, bool) {
+    let n = gomaxprocs();
+    let mut poll_until = 0i64;
+    let mut ran_timer = false;
+    for i in 0..STEAL_TRIES {
+        let last = i == STEAL_TRIES - 1;
+        let mut order = RandomOrder::new(n, m.fastrand());
+        while let Some(idx) = order.next() {
+            if SCHED.gcwaiting.load(Ordering::Relaxed) {
+                return (ptr::null_mut(), false, now, poll_until, true);
+            }
+            let p2 = allp(idx);
+            if ptr::eq(p2, pp) {
+                continue;
+            }
+            if last {
+                let (tnow, w, ran) = p2.timers.check(now);
+                now = tnow;
+                if w != 0 && (poll_until == 0 || w < poll_until) {
+                    poll_until = w;
+                }
+                if ran {
+                    // Timers may have readied Gs onto our own queue.
+                    if let Some((gp, inherit)) = pp.runq.get() {
+                        return (gp, inherit, now, poll_until, false);
+                    }
+                    ran_timer = true;
+                }
+            }
+            if p2.status() != PStatus::Idle {
+                let running = p2.status() == PStatus::Running;
+                if let Some(gp) = pp.runq.steal_from(&p2.runq, last, running) {
+                    return (gp, false, now, poll_until, false);
+                }
+            }
+        }
+    }
+    (ptr::null_mut(), false, now, poll_until, ran_timer)
+}
+
+/// Go's checkRunqsNoP: after giving up the P, find a P with work and take
+/// an idle P to go after it.
+fn check_runqs_no_p() -> Option<*mut P> {
+    for i in 0..gomaxprocs() {
+        let p2 = allp(i);
+        if p2.status() != PStatus::Idle && !p2.runq.is_empty() {
+            let pp = SCHED.lock.lock().pidleget();
+            return if pp.is_null() { None } else { Some(pp) };
+        }
+    }
+    if SCHED.runqsize.load(Ordering::SeqCst) != 0 {
+        let pp = SCHED.lock.lock().pidleget();
+        return if pp.is_null() { None } else { Some(pp) };
+    }
+    None
+}
+
+/// Go's checkTimersNoP: earliest timer over all Ps.
+fn check_timers_no_p(mut poll_until: i64) -> i64 {
+    for i in 0..gomaxprocs() {
+        let w = allp(i).timers.next_when();
+        if w != 0 && (poll_until == 0 || w < poll_until) {
+            poll_until = w;
+        }
+    }
+    poll_until
+}
+
+/// Go's injectglist: make Gs readied without a P runnable: onto the global
+/// queue, and start Ms for idle Ps.
+fn inject_glist(list: &[*mut G]) {
+    if list.is_empty() {
+        return;
+    }
+    {
+        let mut s = SCHED.lock.lock();
+        for &gp in list {
+            // SAFETY: netpoll handed us these Gs.
+            unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
+            s.globrunqput(gp);
+        }
+    }
+    let idle = SCHED.npidle.load(Ordering::SeqCst) as usize;
+    for _ in 0..idle.min(list.len()) {
+        startm(ptr::null_mut(), false);
+    }
+}
+
+/// Go's stealOrder: visits 0..n in a random order, using a random start
+/// and a random step coprime to n.
+struct RandomOrder {
+    n: usize,
+    pos: usize,
+    inc: usize,
+    left: usize,
+}
+
+impl RandomOrder {
+    fn new(n: usize, r: u32) -> RandomOrder {
+        let n = n.max(1);
+        // Find a step coprime with n, starting from a random candidate.
+        let mut inc = (r as usize >> 8) % n + 1;
+        while gcd(inc, n) != 1 {
+            inc = inc % n + 1;
+        }
+        RandomOrder { n, pos: r as usize % n, inc, left: n }
+    }
+}
+
+impl Iterator for RandomOrder {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let p = self.pos;
+        self.pos = (self.pos + self.inc) % self.n;
+        Some(p)
+    }
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        let t = a % b;
+        a = b;
+        b = t;
+    }
+    a
+}
+
+// ---------------------------------------------------------------------------
+// Stop the world and procresize (GOMAXPROCS changes).
+
+/// Go's gcstopm: this M's P is wanted for stop-the-world. g0 only.
+fn gcstopm(m: &M) {
+    if m.spinning.get() {
+        m.spinning.set(false);
+        SCHED.nmspinning.fetch_sub(1, Ordering::SeqCst);
+    }
+    let pp = releasep(m);
+    {
+        let mut s = SCHED.lock.lock();
+        // SAFETY: pp was ours.
+        unsafe { (*pp).set_status(PStatus::Stopped) };
+        s.stopwait -= 1;
+        if s.stopwait == 0 {
+            SCHED.stopnote.wakeup();
+        }
+    }
+    stopm(m);
+}
+
+/// Go's stopTheWorld + procresize + startTheWorld: change the number of Ps
+/// while goroutines run. Returns the previous GOMAXPROCS. Blocks the calling
+/// thread (or G's M) until every P has stopped at a scheduling point:
+/// goroutines that never yield delay it (cooperative, as Go before 1.14).
+pub(crate) fn set_max_procs(n: usize) -> usize {
+    let old = gomaxprocs();
+    if n == 0 || n == old {
+        return old;
+    }
+    let n = n.min(MAX_PROCS);
+    let _stw = SCHED.stw.lock();
+    let mp = getm();
+    // SAFETY: mp is this thread's M, if any.
+    let m = unsafe { mp.as_ref() };
+    // The caller's own P (when called from a goroutine) stays ours.
+    let own = m.map_or(ptr::null_mut(), |m| m.p.get());
+    if let Some(m) = m {
+        m.locks.set(m.locks.get() + 1);
+    }
+    stop_the_world(own);
+    {
+        let mut s = SCHED.lock.lock();
+        let runnable = procresize(&mut s, n as i32, own);
+        drop(s);
+        start_the_world(runnable);
+    }
+    if let Some(m) = m {
+        m.locks.set(m.locks.get() - 1);
+    }
+    old
+}
+
+/// Go's stopTheWorldWithSema: stop every P except `own`.
+fn stop_the_world(own: *mut P) {
+    let mut s = SCHED.lock.lock();
+    let procs = gomaxprocs();
+    s.stopwait = procs as i32 - i32::from(!own.is_null());
+    SCHED.gcwaiting.store(true, Ordering::SeqCst);
+    // Ask running goroutines to yield at their next runtime entry.
+    for i in 0..procs {
+        let p = allp(i);
+        let pm = p.m.get();
+        if !pm.is_null() {
+            // SAFETY: Ms are never freed; curg may be stale, which only
+            // makes the request a no-op.
+            let gp = unsafe { (*pm).curg.get() };
+            if !gp.is_null() {
+                // SAFETY: Gs are never freed.
+                unsafe { (*gp).preempt.store(true, Ordering::Relaxed) };
+            }
+        }
+        // Ps in a syscall are taken directly.
+        if p.cas_status(PStatus::Syscall, PStatus::Stopped) {
+            s.stopwait -= 1;
+        }
+    }
+    // Idle Ps are taken off the idle list.
+    loop {
+        let pp = s.pidleget();
+        if pp.is_null() {
+            break;
+        }
+        // SAFETY: taken from the idle list: ours.
+        unsafe { (*pp).set_status(PStatus::Stopped) };
+        s.stopwait -= 1;
+    }
+    let wait = s.stopwait > 0;
+    drop(s);
+    if wait {
+        // Spinning/idle Ms notice gcwaiting at the top of findRunnable; an
+        // M blocked in netpoll must be woken to notice.
+        netpoll::netpoll_break();
+        loop {
+            if SCHED.stopnote.sleep_timeout(100_000) {
+                break;
+            }
+            netpoll::netpoll_break();
+            for i in 0..procs {
+                let p = allp(i);
+                if p.cas_status(PStatus::Syscall, PStatus::Stopped) {
+                    let mut s = SCHED.lock.lock();
+                    s.stopwait -= 1;
+                    if s.stopwait == 0 {
+                        SCHED.stopnote.wakeup();
+                    }
+                }
+            }
+        }
+        SCHED.stopnote.clear();
+    }
+    let s = SCHED.lock.lock();
+    if s.stopwait != 0 {
+        crate::throw::throw("stopTheWorld: not stopped");
+    }
+}
+
+/// Go's procresize: set the number of Ps to `nprocs`. Called at start (no
+/// Ps yet) or with the world stopped. Returns the Ps that have local work and
+/// need an M. `own` (the caller's P, or null) stays with the caller.
+fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*mut P> {
+    let old = gomaxprocs();
+    let n = nprocs.clamp(1, MAX_PROCS as i32) as usize;
+    for i in 0..n {
+        if ALLP[i].load(Ordering::Acquire).is_null() {
+            // Release: publishes the initialised P to every reader of ALLP.
+            ALLP[i].store(P::new(i), Ordering::Release);
+        }
+    }
+    // Destroy Ps beyond n: move their work to the global queue, their
+    // timers and free Gs to P 0.
+    let p0 = allp(0);
+    for i in n..old {
+        let p = allp(i);
+        p.runq.drain(|gp| s.globrunqputhead(gp));
+        p.timers.move_all(&p0.timers);
+        loop {
+            let gp = p.gfree.get();
+            if gp.is_null() {
+                break;
+            }
+            // SAFETY: gp is on p's free list and the world is stopped.
+            p.gfree.set(unsafe { (*gp).schedlink.get() });
+            // SAFETY: as above.
+            unsafe { (*gp).schedlink.set(s.gfree) };
+            s.gfree = gp;
+            s.ngfree += 1;
+        }
+        p.gfree_n.set(0);
+        p.set_status(PStatus::Dead);
+    }
+    SCHED.gomaxprocs.store(n as i32, Ordering::SeqCst);
+    // If our own P is being destroyed, take P 0 instead (Go does the same).
+    let mp = getm();
+    if !own.is_null() {
+        // SAFETY: own is our P.
+        let ownp = unsafe { &*own };
+        if ownp.id >= n {
+            // SAFETY: mp is our M (own is non-null only on an M).
+            let m = unsafe { &*mp };
+            m.p.set(ptr::null_mut());
+            let p0m = allp(0) as *const P as *mut P;
+            acquirep(m, p0m);
+        }
+    }
+    let cur = if mp.is_null() {
+        ptr::null_mut()
+    } else {
+        // SAFETY: our M.
+        unsafe { (*mp).p.get() }
+    };
+    let mut runnable = Vec::new();
+    for i in (0..n).rev() {
+        let p = allp(i) as *const P as *mut P;
+        if p == cur {
+            continue;
+        }
+        // SAFETY: world stopped: all these Ps are ours.
+        let pr = unsafe { &*p };
+        if pr.runq.is_empty() {
+            s.pidleput(pr);
+        } else {
+            pr.set_status(PStatus::Stopped);
+            runnable.push(p);
+        }
+    }
+    runnable
+}
+
+/// Go's startTheWorldWithSema: restart Ps with work and wake spinners.
+fn start_the_world(runnable: Vec<*mut P>) {
+    SCHED.gcwaiting.store(false, Ordering::SeqCst);
+    for p in runnable {
+        startm(p, false);
+    }
+    wakep();
+}
+
+// ---------------------------------------------------------------------------
+// Statistics.
+
+/// Racy snapshot of the scheduler for `goro::stats()` and schedtrace.
+pub(crate) fn snapshot() -> crate::Stats {
+    let procs = gomaxprocs();
+    let (runq, nmidle) = {
+        let s = SCHED.lock.lock();
+        (s.runqsize as usize, s.nmidle as usize)
+    };
+    crate::Stats {
+        gomaxprocs: procs,
+        idle_procs: SCHED.npidle.load(Ordering::Relaxed).max(0) as usize,
+        threads: SCHED.mcount.load(Ordering::Relaxed) as usize,
+        spinning_threads: SCHED.nmspinning.load(Ordering::Relaxed).max(0) as usize,
+        idle_threads: nmidle,
+        global_runq: runq,
+        local_runq: (0..procs).map(|i| allp(i).runq.len()).collect(),
+        goroutines: SCHED.ngoroutines.load(Ordering::Relaxed).max(0) as usize,
+        preemptions: crate::sysmon::PREEMPTIONS.load(Ordering::Relaxed),
+        preemptions_async: 0,
+        syscalls_handed_off: crate::sysmon::HANDOFFS.load(Ordering::Relaxed),
+        stacks_reserved: stack::STACKS_RESERVED.load(Ordering::Relaxed),
+    }
+}
+
+/// An idle P, taken under sched.lock, if any.
+pub(crate) fn pidleget_locked() -> Option<*mut P> {
+    let pp = SCHED.lock.lock().pidleget();
+    if pp.is_null() {
+        None
+    } else {
+        Some(pp)
+    }
+}
+
+/// stopm for other modules (exitsyscall0). g0, no P.
+pub(crate) fn stopm_pub(m: &M) {
+    stopm(m);
+}

@@ -1,0 +1,498 @@
+//! `select!`: Go's selectgo (select.go) over the untyped channel core.
+//!
+//! Three passes, as in Go: (1) with every involved channel locked (in
+//! address order, each once), look for a case that can proceed, visiting
+//! cases in a random order (uniform choice among ready cases); (2) if none
+//! and the select blocks, queue a sudog on every channel (in lock order,
+//! which is itself random with respect to case order), and park; (3) when
+//! woken, lock again and dequeue the losing sudogs. Exactly one waker wins
+//! the waiter's generation CAS (see `G::selgen`), so one case completes.
+//!
+//! Timeouts (`recv_timeout`, `send_timeout`) are a select with a deadline:
+//! a goroutine parks with a timer that competes for the same CAS; a thread
+//! parks with a futex timeout and then competes for it itself.
+
+use crate::chan::{Hchan, Receiver, RecvError, SendError, Sender, Try};
+use crate::g::G;
+use crate::park::{self, Parker};
+use crate::sudog::Sudog;
+use core::mem::MaybeUninit;
+use core::ptr;
+use core::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One case of a select (Go's scase).
+pub struct Scase {
+    c: *const Hchan,
+    elem: *mut u8,
+    is_send: bool,
+}
+
+impl Scase {
+    pub(crate) fn send(c: &Arc<Hchan>, elem: *mut u8) -> Scase {
+        Scase { c: Arc::as_ptr(c), elem, is_send: true }
+    }
+    pub(crate) fn recv(c: &Arc<Hchan>, elem: *mut u8) -> Scase {
+        Scase { c: Arc::as_ptr(c), elem, is_send: false }
+    }
+    fn chan(&self) -> &Hchan {
+        // SAFETY: the typed slot that built this case borrows the channel
+        // handle for the whole select.
+        unsafe { &*self.c }
+    }
+}
+
+/// Result of [`selectgo`].
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Selected {
+    /// Case index; `true` if the operation happened, `false` if the
+    /// channel was closed.
+    Case(usize, bool),
+    /// Nothing was ready and the select had a default.
+    Default,
+    /// The deadline passed first.
+    Timeout,
+}
+
+/// Random number for poll order: the M's generator, or a per-thread one.
+fn fastrand() -> u32 {
+    let mp = crate::m::getm();
+    if !mp.is_null() {
+        // SAFETY: this thread's M.
+        return unsafe { (*mp).fastrand() };
+    }
+    thread_local! {
+        static RNG: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+    }
+    RNG.with(|r| {
+        let mut x = r.get();
+        if x == 0 {
+            x = (crate::os::nanotime() as u64) | 1;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        r.set(x);
+        (x >> 32) as u32
+    })
+}
+
+/// Locks the channels of `cases` in `lockorder`, each once.
+fn sellock(cases: &[Scase], lockorder: &[usize]) {
+    let mut last: *const Hchan = ptr::null();
+    for &i in lockorder {
+        let c = cases[i].c;
+        if c != last {
+            cases[i].chan().lock();
+            last = c;
+        }
+    }
+}
+
+/// Unlocks in reverse lock order, each channel once.
+fn selunlock(cases: &[Scase], lockorder: &[usize]) {
+    let mut j = lockorder.len();
+    while j > 0 {
+        j -= 1;
+        let c = cases[lockorder[j]].c;
+        if j > 0 && cases[lockorder[j - 1]].c == c {
+            continue; // the earlier duplicate unlocks it
+        }
+        // SAFETY: sellock locked each distinct channel exactly once.
+        unsafe { cases[lockorder[j]].chan().unlock() };
+    }
+}
+
+struct ParkArgs<'a> {
+    cases: &'a [Scase],
+    lockorder: &'a [usize],
+    deadline: Option<i64>,
+    seq: u64,
+}
+
+/// gopark unlock function for a parked select (Go's selparkcommit): unlock
+/// every channel, then arm the deadline timer (only now that the G is
+/// Waiting may a timer ready it).
+fn selparkcommit(gp: *mut G, arg: *mut u8) -> bool {
+    // SAFETY: arg points to ParkArgs on the parked G's stack, which stays
+    // valid while it is parked; we are on g0 of the same M.
+    let a = unsafe { &*(arg as *const ParkArgs<'_>) };
+    let (deadline, seq) = (a.deadline, a.seq);
+    selunlock(a.cases, a.lockorder);
+    // From here on `a` may be gone (the G may already be readied and running).
+    if let Some(when) = deadline {
+        crate::time::add_timer(when, crate::timer::Action::SelTimeout { gp, seq });
+    }
+    true
+}
+
+/// Go's selectgo. Blocks (parking the G or the thread) unless `!block`;
+/// with a `deadline` (monotonic ns) gives up at that time.
+pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Selected {
+    park::preempt_check();
+    let n = cases.len();
+    // Poll order: a uniform random permutation (Fisher–Yates).
+    let mut order_buf = [0usize; 32];
+    let mut order_vec = Vec::new();
+    let (pollorder, lockorder): (&mut [usize], &mut [usize]) = if n <= 16 {
+        let (a, b) = order_buf.split_at_mut(16);
+        (&mut a[..n], &mut b[..n])
+    } else {
+        order_vec.resize(2 * n, 0);
+        let (a, b) = order_vec.split_at_mut(n);
+        (a, b)
+    };
+    for i in 0..n {
+        let j = (fastrand() as usize) % (i + 1);
+        pollorder[i] = pollorder[j];
+        pollorder[j] = i;
+    }
+    // Lock order: by channel address (Go sorts by hchan address too), ties
+    // in poll order so the queueing order on one channel is random too.
+    lockorder.copy_from_slice(pollorder);
+    lockorder.sort_by_key(|&i| cases[i].c as usize);
+
+    if n == 0 {
+        return if !block {
+            Selected::Default
+        } else {
+            block_forever(deadline)
+        };
+    }
+
+    sellock(cases, lockorder);
+
+    // Pass 1: find a case that can proceed now.
+    for &i in pollorder.iter() {
+        let cs = &cases[i];
+        let c = cs.chan();
+        // SAFETY: c is locked; elem is the typed slot of this case.
+        let (r, sg) = unsafe {
+            if cs.is_send {
+                c.send_locked(cs.elem)
+            } else {
+                c.recv_locked(cs.elem)
+            }
+        };
+        if r != Try::WouldBlock {
+            selunlock(cases, lockorder);
+            if !sg.is_null() {
+                // SAFETY: dequeued by us in send_locked/recv_locked.
+                unsafe { Sudog::ready(sg) };
+            }
+            return Selected::Case(i, r == Try::Done);
+        }
+    }
+    if !block {
+        selunlock(cases, lockorder);
+        return Selected::Default;
+    }
+    if let Some(d) = deadline {
+        if d <= crate::os::nanotime() {
+            selunlock(cases, lockorder);
+            return Selected::Timeout;
+        }
+    }
+
+    // Pass 2: queue on every channel and park.
+    let gp = crate::m::getg();
+    let thread_gen = AtomicU64::new(2);
+    let mut parker = Parker::new();
+    let (gen, seq): (&AtomicU64, u64) = if gp.is_null() {
+        (&thread_gen, 1)
+    } else {
+        // SAFETY: gp is the running G: only it bumps its own generation.
+        let g = unsafe { &*gp };
+        let seq = g.selgen.load(Ordering::Relaxed) / 2 + 1;
+        // Relaxed: published to wakers by the channel locks we hold.
+        g.selgen.store(2 * seq, Ordering::Relaxed);
+        g.param.store(0, Ordering::Relaxed);
+        (&g.selgen, seq)
+    };
+    let mut sudogs: Vec<Sudog> = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut sg = Sudog::new_current(&mut parker, cases[i].elem, cases[i].chan());
+        sg.sel = gen;
+        sg.seq = seq;
+        sudogs.push(sg);
+    }
+    for &i in lockorder.iter() {
+        let sg: *mut Sudog = &mut sudogs[i];
+        // SAFETY: channel locked; sudogs never reallocates (capacity n).
+        unsafe { cases[i].chan().enqueue(sg, cases[i].is_send) };
+    }
+    let param = if !gp.is_null() {
+        let args = ParkArgs { cases, lockorder, deadline, seq };
+        park::gopark(Some(selparkcommit), &args as *const ParkArgs<'_> as *mut u8);
+        // SAFETY: gp is us, running again.
+        unsafe { (*gp).param.swap(0, Ordering::Relaxed) }
+    } else {
+        selunlock(cases, lockorder);
+        match deadline {
+            Some(d) => {
+                if !parker.park_deadline(d) {
+                    // Timed out: claim our own wait, unless a channel did.
+                    if gen.compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                        parker.park(); // the winner is about to unpark us
+                    }
+                }
+            }
+            None => parker.park(),
+        }
+        parker.param.load(Ordering::Relaxed)
+    };
+
+    // Pass 3: dequeue the losers.
+    sellock(cases, lockorder);
+    let mut won = None;
+    for &i in lockorder.iter() {
+        let sg: *mut Sudog = &mut sudogs[i];
+        if sg as usize == param {
+            won = Some((i, sudogs[i].success));
+        } else {
+            // SAFETY: channel locked; sg is ours.
+            unsafe { cases[i].chan().dequeue_sudog(sg, cases[i].is_send) };
+        }
+    }
+    selunlock(cases, lockorder);
+    match won {
+        Some((i, ok)) => Selected::Case(i, ok),
+        None => Selected::Timeout,
+    }
+}
+
+/// `select {}` with no cases: block forever (or until the deadline).
+fn block_forever(deadline: Option<i64>) -> Selected {
+    match deadline {
+        Some(d) => {
+            let now = crate::os::nanotime();
+            if d > now {
+                crate::time::sleep(std::time::Duration::from_nanos((d - now) as u64));
+            }
+            Selected::Timeout
+        }
+        None => loop {
+            if park::in_goroutine() {
+                park::gopark(None, ptr::null_mut());
+            } else {
+                Parker::new().park();
+            }
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Typed slots used by the `select!` macro (not public API).
+
+/// A `recv(rx) -> res` case's storage.
+#[doc(hidden)]
+pub struct RecvSlot<'a, T> {
+    rx: &'a Receiver<T>,
+    val: MaybeUninit<T>,
+}
+
+impl<'a, T> RecvSlot<'a, T> {
+    #[doc(hidden)]
+    pub fn new(rx: &'a Receiver<T>) -> Self {
+        RecvSlot { rx, val: MaybeUninit::uninit() }
+    }
+    #[doc(hidden)]
+    pub fn case(&mut self) -> Scase {
+        Scase::recv(&self.rx.c, self.val.as_mut_ptr().cast())
+    }
+    /// The case's result once selected.
+    #[doc(hidden)]
+    pub fn finish(&mut self, ok: bool) -> Result<T, RecvError> {
+        if ok {
+            // SAFETY: a selected recv with ok wrote a T into val.
+            Ok(unsafe { self.val.assume_init_read() })
+        } else {
+            Err(RecvError)
+        }
+    }
+}
+
+/// A `send(tx, v) -> res` case's storage. Drops `v` if not selected.
+#[doc(hidden)]
+pub struct SendSlot<'a, T> {
+    tx: &'a Sender<T>,
+    val: MaybeUninit<T>,
+    live: bool,
+}
+
+impl<'a, T> SendSlot<'a, T> {
+    #[doc(hidden)]
+    pub fn new(tx: &'a Sender<T>, v: T) -> Self {
+        SendSlot { tx, val: MaybeUninit::new(v), live: true }
+    }
+    #[doc(hidden)]
+    pub fn case(&mut self) -> Scase {
+        Scase::send(&self.tx.c, self.val.as_mut_ptr().cast())
+    }
+    #[doc(hidden)]
+    pub fn finish(&mut self, ok: bool) -> Result<(), SendError<T>> {
+        self.live = false;
+        if ok {
+            Ok(())
+        } else {
+            // SAFETY: not sent: the value is still in val.
+            Err(SendError(unsafe { self.val.assume_init_read() }))
+        }
+    }
+}
+
+impl<T> Drop for SendSlot<'_, T> {
+    fn drop(&mut self) {
+        if self.live {
+            // SAFETY: never sent nor taken.
+            unsafe { self.val.assume_init_drop() };
+        }
+    }
+}
+
+/// Runs a select over prepared cases: `Some(i, ok)` or None for default.
+#[doc(hidden)]
+pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
+    match selectgo(cases, !has_default, None) {
+        Selected::Case(i, ok) => (i, ok),
+        _ => (usize::MAX, false),
+    }
+}
+
+/// Waits on several channel operations at once; Go's `select`.
+///
+/// ```
+/// let (tx, rx) = goro::chan::<i32>(1);
+/// tx.send(7).unwrap();
+/// let v = goro::select! {
+///     recv(rx) -> msg => msg.unwrap(),
+///     recv(goro::time::after(std::time::Duration::from_secs(1))) -> _ => -1,
+/// };
+/// assert_eq!(v, 7);
+/// ```
+///
+/// Cases: `recv(rx) -> res => body`, `send(tx, value) -> res => body`,
+/// and an optional `default => body`. `res` is `Result<T, RecvError>` or
+/// `Result<(), SendError<T>>`. Channels are taken by reference; send values
+/// are evaluated up front (as in Go) and dropped if their case is not chosen.
+/// When several cases are ready one is chosen uniformly at random. Without
+/// `default` the select parks the goroutine (blocks the OS thread) until a
+/// case proceeds. The whole `select!` is an expression; bodies may `return`,
+/// `break` or `continue`.
+#[macro_export]
+macro_rules! select {
+    ($($tt:tt)*) => {
+        $crate::__select_parse!(@cases () @default () $($tt)*)
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_parse {
+    // recv case, body is a block (comma optional)
+    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    };
+    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    };
+    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    };
+    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    };
+    (@cases ($($c:tt)*) @default () default => $body:block $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@cases ($($c)*) @default (($body)) $($($rest)*)?)
+    };
+    (@cases ($($c:tt)*) @default () default => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@cases ($($c)*) @default (($body)) $($($rest)*)?)
+    };
+    // done: bind slots with generated names via the index muncher
+    (@cases ($($c:tt)*) @default ($($d:tt)*)) => {
+        $crate::__select_build!(@slots () @n (0usize) @default ($($d)*) $($c)*)
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_build {
+    // Turn each case into (slot ident, constructor, result pattern, body).
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) [recv ($rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
+        $crate::__select_build!(@slots ($($s)* [($n) (recv $rx) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    };
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) [send ($tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
+        $crate::__select_build!(@slots ($($s)* [($n) (send $tx, $val) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    };
+    (@slots ($([($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ($($d:tt)*)) => {
+        $crate::__select_emit!(@acc () @default ($($d)*) $([($i) ($($op)*) ($res) ($body)])*)
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_emit {
+    // Accumulate one hygienic slot identifier per case.
+    (@acc ($($a:tt)*) @default ($($d:tt)*) [($i:expr) (recv $rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
+        $crate::__select_emit!(@acc ($($a)* [slot ($i) (recv $rx) ($res) ($body)]) @default ($($d)*) $($rest)*)
+    };
+    (@acc ($($a:tt)*) @default ($($d:tt)*) [($i:expr) (send $tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
+        $crate::__select_emit!(@acc ($($a)* [slot ($i) (send $tx, $val) ($res) ($body)]) @default ($($d)*) $($rest)*)
+    };
+    (@acc ($([$slot:ident ($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) @default ($($d:tt)*)) => {
+        $crate::__select_final!(($($d)*) $([$slot ($i) ($($op)*) ($res) ($body)])*)
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_final {
+    (($($d:tt)*) $([$slot:ident ($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) => {{
+        $crate::__select_slots!(
+            @bind () ($($d)*) $([($i) ($($op)*) ($res) ($body)])*
+        )
+    }};
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_slots {
+    // Bind each slot to a fresh hygienic name (`__slot` per recursion level).
+    (@bind ($($b:tt)*) ($($d:tt)*) [($i:expr) (recv $rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {{
+        let __rx = &$rx;
+        let mut __slot = $crate::__private::RecvSlot::new(__rx);
+        $crate::__select_slots!(@bind ($($b)* [__slot ($i) ($res) ($body)]) ($($d)*) $($rest)*)
+    }};
+    (@bind ($($b:tt)*) ($($d:tt)*) [($i:expr) (send $tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {{
+        let __tx = &$tx;
+        let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
+        $crate::__select_slots!(@bind ($($b)* [__slot ($i) ($res) ($body)]) ($($d)*) $($rest)*)
+    }};
+    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) ()) => {{
+        let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], false);
+        $crate::__select_dispatch!(__idx __ok () $([$slot ($i) ($res) ($body)])*)
+    }};
+    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) (($dbody:expr))) => {{
+        let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], true);
+        $crate::__select_dispatch!(__idx __ok (($dbody)) $([$slot ($i) ($res) ($body)])*)
+    }};
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __select_dispatch {
+    ($idx:ident $ok:ident ($($d:tt)*) [$slot:ident ($i:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
+        if $idx == $i {
+            let $res = $slot.finish($ok);
+            $body
+        } else {
+            $crate::__select_dispatch!($idx $ok ($($d)*) $($rest)*)
+        }
+    };
+    ($idx:ident $ok:ident (($dbody:expr))) => {
+        $dbody
+    };
+    ($idx:ident $ok:ident ()) => {
+        unreachable!("select: no case chosen")
+    };
+}

@@ -1,0 +1,295 @@
+//! Goroutine stacks: large lazily-committed arenas, one guard page below
+//! every stack, and a cache of free stacks.
+//!
+//! Go copies stacks to grow them; native Rust frames cannot move, so a goroutine
+//! reserves a fixed range up front (default 256 KiB) and the kernel commits
+//! pages on first touch: resident memory follows use, virtual reservations are
+//! cheap (`MAP_NORESERVE`).
+//!
+//! The classic design (one mmap + one PROT_NONE guard per stack) costs two VMAs
+//! per stack, and Linux's default `vm.max_map_count` of 65,530 then caps a
+//! process at ~32k stacks (this is where `may` stops). goro carves stacks out
+//! of arenas of [`ARENA_STACKS`] stacks each, one mapping per arena, and installs
+//! the guards with `madvise(MADV_GUARD_INSTALL)` (Linux 6.13+), which marks
+//! page-table entries instead of splitting the VMA. Where the kernel refuses
+//! (older kernels, qemu-user which accepts and ignores the advice), it falls
+//! back to `mprotect`, one extra VMA per stack. Which mechanism works is probed
+//! once, by checking that the kernel itself faults on a guarded page.
+//!
+//! Layout of one stack slot (`reserved` bytes):
+//!
+//! ```text
+//!     hi  +----------------+  top of stack: goroutines grow down from here
+//!         |   usable       |
+//!     lo  +----------------+
+//!         |   guard page   |  a touch here is reported as a stack overflow
+//!  base   +----------------+
+//! ```
+//!
+//! Stacks of dead goroutines are reused with their G (Go's gfree lists, see
+//! proc.rs); when a stack goes to a global cache its pages below the hot top
+//! are returned to the OS with `MADV_DONTNEED` (see [`Stack::release_cold`]).
+
+use crate::os;
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use parking_lot::Mutex;
+
+/// Stacks per arena mapping.
+pub(crate) const ARENA_STACKS: usize = 256;
+
+/// Bytes at the top of a stack kept resident when its cold pages are
+/// released: the first frames of the next goroutine land there again.
+pub(crate) const HOT_BYTES: usize = 16 << 10;
+
+/// Smallest stack reservation accepted by [`crate::Config::stack_size`] and
+/// [`crate::Builder::stack_size`], in bytes (guard page excluded).
+pub const MIN_STACK_SIZE: usize = 64 << 10;
+
+/// `MADV_GUARD_INSTALL` (Linux 6.13, include/uapi/asm-generic/mman-common.h).
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+
+/// A goroutine stack: `[lo, hi)` usable, one guard page directly below `lo`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stack {
+    /// Lowest usable address (just above the guard page).
+    pub(crate) lo: usize,
+    /// One past the highest usable address; 16-byte aligned.
+    pub(crate) hi: usize,
+}
+
+impl Stack {
+    /// Usable bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.hi - self.lo
+    }
+
+    /// The guard page range `[lo - page, lo)`.
+    pub(crate) fn guard(&self) -> (usize, usize) {
+        (self.lo - os::page_size(), self.lo)
+    }
+
+    /// Returns pages below the hot top to the OS (`MADV_DONTNEED`): they read
+    /// as zero again and stop counting as resident. The guard stays installed
+    /// (guard markers survive MADV_DONTNEED).
+    pub(crate) fn release_cold(&self) {
+        let cold_hi = self.hi.saturating_sub(HOT_BYTES);
+        if cold_hi > self.lo {
+            // SAFETY: [lo, cold_hi) lies inside this stack's mapping and no
+            // goroutine runs on it (it is free); DONTNEED on private anonymous
+            // memory only drops contents.
+            unsafe { libc::madvise(self.lo as *mut _, cold_hi - self.lo, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
+/// How guard pages are installed; probed once.
+const GUARD_UNKNOWN: u8 = 0;
+const GUARD_MADVISE: u8 = 1;
+const GUARD_MPROTECT: u8 = 2;
+static GUARD_MODE: AtomicU8 = AtomicU8::new(GUARD_UNKNOWN);
+
+/// Number of stacks ever reserved (counter for `Stats::stacks_reserved`).
+pub(crate) static STACKS_RESERVED: AtomicUsize = AtomicUsize::new(0);
+
+/// An arena being carved: the next free slot and the arena's end.
+struct Arena {
+    next: usize,
+    end: usize,
+}
+
+/// Per slot size: the arena being carved and the free stacks.
+struct Class {
+    slot: usize,
+    arena: Option<Arena>,
+    free: Vec<Stack>,
+}
+
+/// Arenas and free stacks, keyed by slot size (few distinct sizes in practice).
+static POOL: Mutex<Vec<Class>> = Mutex::new(Vec::new());
+
+/// Registered arenas `(base, end, slot)`, for the fault handler to map a guard
+/// address back to a stack. Append-only; read without locks from the signal
+/// handler, so it is a fixed array of atomics.
+const MAX_ARENAS: usize = 1 << 16;
+static ARENA_BASE: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MAX_ARENAS];
+static ARENA_END: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MAX_ARENAS];
+static ARENA_SLOT: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MAX_ARENAS];
+static NARENAS: AtomicUsize = AtomicUsize::new(0);
+
+/// Rounds a requested usable size to whole pages (at least MIN_STACK_SIZE).
+pub(crate) fn round_size(bytes: usize) -> usize {
+    let page = os::page_size();
+    let b = bytes.max(MIN_STACK_SIZE);
+    (b + page - 1) & !(page - 1)
+}
+
+/// Allocates a stack with `size` usable bytes (already rounded by
+/// [`round_size`]). Errors with the OS error when address space or mappings
+/// run out. Any context with no runtime lock held.
+pub(crate) fn alloc(size: usize) -> std::io::Result<Stack> {
+    let page = os::page_size();
+    let slot = size + page;
+    let mut pool = POOL.lock();
+    let idx = match pool.iter().position(|c| c.slot == slot) {
+        Some(i) => i,
+        None => {
+            pool.push(Class { slot, arena: None, free: Vec::new() });
+            pool.len() - 1
+        }
+    };
+    let class = &mut pool[idx];
+    if let Some(s) = class.free.pop() {
+        return Ok(s);
+    }
+    let need_arena = match &class.arena {
+        Some(a) => a.next + slot > a.end,
+        None => true,
+    };
+    if need_arena {
+        class.arena = Some(new_arena(slot)?);
+    }
+    let a = class.arena.as_mut().expect("arena present");
+    let base = a.next;
+    a.next += slot;
+    drop(pool);
+    install_guard(base, page)?;
+    STACKS_RESERVED.fetch_add(1, Ordering::Relaxed); // statistics only
+    Ok(Stack { lo: base + page, hi: base + slot })
+}
+
+/// Returns a stack to the cache, releasing its cold pages first.
+pub(crate) fn free(s: Stack) {
+    s.release_cold();
+    let slot = s.size() + os::page_size();
+    let mut pool = POOL.lock();
+    if let Some(c) = pool.iter_mut().find(|c| c.slot == slot) {
+        c.free.push(s);
+    }
+}
+
+fn new_arena(slot: usize) -> std::io::Result<Arena> {
+    let len = slot * ARENA_STACKS;
+    // SAFETY: anonymous private mapping at a kernel-chosen address; no
+    // existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let base = p as usize;
+    let i = NARENAS.load(Ordering::Relaxed);
+    if i < MAX_ARENAS {
+        // Release on NARENAS publishes the three entries to the signal
+        // handler's Acquire load; only alloc (under POOL) appends.
+        ARENA_BASE[i].store(base, Ordering::Relaxed);
+        ARENA_END[i].store(base + len, Ordering::Relaxed);
+        ARENA_SLOT[i].store(slot, Ordering::Relaxed);
+        NARENAS.store(i + 1, Ordering::Release);
+    }
+    Ok(Arena { next: base, end: base + len })
+}
+
+fn install_guard(addr: usize, page: usize) -> std::io::Result<()> {
+    // Relaxed: every thread computes the same mode; a race only repeats the probe.
+    let mut mode = GUARD_MODE.load(Ordering::Relaxed);
+    if mode == GUARD_UNKNOWN {
+        mode = probe_guard_mode();
+        GUARD_MODE.store(mode, Ordering::Relaxed);
+    }
+    if mode == GUARD_MADVISE {
+        // SAFETY: addr is a page inside one of our arenas, not in use.
+        let r = unsafe { libc::madvise(addr as *mut _, page, MADV_GUARD_INSTALL) };
+        if r == 0 {
+            return Ok(());
+        }
+    }
+    // SAFETY: as above; PROT_NONE makes the page fault on any access.
+    let r = unsafe { libc::mprotect(addr as *mut _, page, libc::PROT_NONE) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Checks that MADV_GUARD_INSTALL really guards: the kernel must refuse to
+/// read a guarded page (write(2) from it fails with EFAULT). qemu-user
+/// returns success for advice it does not know, so success alone proves
+/// nothing.
+fn probe_guard_mode() -> u8 {
+    let page = os::page_size();
+    // SAFETY: a fresh private mapping, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return GUARD_MPROTECT;
+    }
+    let mut mode = GUARD_MPROTECT;
+    // SAFETY: p is our own page.
+    if unsafe { libc::madvise(p, page, MADV_GUARD_INSTALL) } == 0 {
+        let mut fds = [0i32; 2];
+        // SAFETY: fds is a valid out-array of two ints.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } == 0 {
+            // SAFETY: the kernel validates the buffer and returns EFAULT
+            // instead of faulting the process.
+            let n = unsafe { libc::write(fds[1], p, 1) };
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) {
+                mode = GUARD_MADVISE;
+            }
+            // SAFETY: closing the pipe we opened.
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+        }
+    }
+    // SAFETY: unmapping our own probe page.
+    unsafe { libc::munmap(p, page) };
+    mode
+}
+
+/// Whether guard pages are installed with MADV_GUARD_INSTALL (one VMA per
+/// arena) rather than mprotect (one extra VMA per stack).
+pub fn guards_use_madvise() -> bool {
+    if GUARD_MODE.load(Ordering::Relaxed) == GUARD_UNKNOWN {
+        GUARD_MODE.store(probe_guard_mode(), Ordering::Relaxed);
+    }
+    GUARD_MODE.load(Ordering::Relaxed) == GUARD_MADVISE
+}
+
+/// If `addr` is inside a stack guard page, returns that stack's
+/// `(lo, usable size)`. Async-signal-safe: atomics only.
+pub(crate) fn guard_hit(addr: usize) -> Option<(usize, usize)> {
+    let page = os::page_size();
+    // Acquire pairs with the Release in new_arena.
+    let n = NARENAS.load(Ordering::Acquire).min(MAX_ARENAS);
+    for i in 0..n {
+        let base = ARENA_BASE[i].load(Ordering::Relaxed);
+        let end = ARENA_END[i].load(Ordering::Relaxed);
+        if addr >= base && addr < end {
+            let slot = ARENA_SLOT[i].load(Ordering::Relaxed);
+            let off = (addr - base) % slot;
+            if off < page {
+                let slot_base = addr - off;
+                return Some((slot_base + page, slot - page));
+            }
+            return None;
+        }
+    }
+    None
+}

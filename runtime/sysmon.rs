@@ -1,0 +1,114 @@
+//! sysmon: the monitor thread that runs without a P (Go's sysmon).
+//!
+//! It sleeps 20 µs, doubling after 1 ms of idle cycles up to 10 ms, and on
+//! each tick: asks a G that has run on one P for more than 10 ms to yield
+//! (cooperative preemption flag, checked at runtime entries), prints
+//! `GODEBUG=schedtrace` lines, and polls timers if no M has for 10 ms.
+
+use crate::sched::{self, SCHED};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Go's forcePreemptNS: a G running this long on one P is asked to yield.
+pub(crate) const FORCE_PREEMPT_NS: i64 = 10_000_000;
+
+/// Preemption requests honoured (statistics; only grows).
+pub(crate) static PREEMPTIONS: AtomicU64 = AtomicU64::new(0);
+/// Ps handed off from syscalls (statistics; only grows).
+pub(crate) static HANDOFFS: AtomicU64 = AtomicU64::new(0);
+
+/// schedtrace period in ms (0: off).
+static SCHEDTRACE_MS: AtomicUsize = AtomicUsize::new(0);
+
+/// Per-P state sysmon remembers between ticks (Go's sysmontick).
+#[derive(Clone, Copy, Default)]
+struct PTick {
+    schedtick: u32,
+    schedwhen: i64,
+}
+
+/// Starts the sysmon thread.
+pub(crate) fn start(cfg: &crate::Config) {
+    SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
+    let r = std::thread::Builder::new().name("goro-sysmon".into()).stack_size(64 << 10).spawn(sysmon);
+    if let Err(e) = r {
+        crate::throw::throwf(format_args!("runtime: cannot start sysmon: {e}"));
+    }
+}
+
+fn sysmon() {
+    let start = crate::os::nanotime();
+    let mut ticks = vec![PTick::default(); sched::MAX_PROCS];
+    let mut idle = 0u32;
+    let mut delay = 20u64;
+    let mut last_trace = start;
+    loop {
+        if idle == 0 {
+            delay = 20;
+        } else if idle > 50 {
+            delay = (delay * 2).min(10_000);
+        }
+        crate::os::usleep(delay);
+        let now = crate::os::nanotime();
+        if retake(now, &mut ticks) {
+            idle = 0;
+        } else {
+            idle += 1;
+        }
+        let trace = SCHEDTRACE_MS.load(Ordering::Relaxed) as i64;
+        if trace > 0 && now - last_trace >= trace * 1_000_000 {
+            last_trace = now;
+            schedtrace(now - start);
+        }
+    }
+}
+
+/// Go's retake, cooperative half: flag Gs that have held a P too long.
+/// Returns true if it did anything.
+fn retake(now: i64, ticks: &mut [PTick]) -> bool {
+    let mut did = false;
+    for i in 0..sched::gomaxprocs() {
+        let p = sched::allp(i);
+        let t = &mut ticks[i];
+        if p.status() != crate::p::PStatus::Running {
+            continue;
+        }
+        // schedtick is owner-written; a racy read only delays a request.
+        let tick = p.schedtick.get();
+        if t.schedtick != tick {
+            t.schedtick = tick;
+            t.schedwhen = now;
+        } else if t.schedwhen + FORCE_PREEMPT_NS <= now {
+            let m = p.m.get();
+            if !m.is_null() {
+                // SAFETY: Ms and Gs are never freed; a stale curg only makes
+                // the request land on a G that will clear it.
+                let gp = unsafe { (*m).curg.get() };
+                if !gp.is_null() {
+                    // SAFETY: as above.
+                    unsafe { (*gp).preempt.store(true, Ordering::Relaxed) };
+                    did = true;
+                }
+            }
+            t.schedwhen = now;
+        }
+    }
+    did
+}
+
+/// Prints one Go-format SCHED line to stderr.
+fn schedtrace(uptime_ns: i64) {
+    let s = sched::snapshot();
+    let runqs: Vec<String> = s.local_runq.iter().map(|n| n.to_string()).collect();
+    eprintln!(
+        "SCHED {}ms: gomaxprocs={} idleprocs={} threads={} spinningthreads={} idlethreads={} runqueue={} [{}]",
+        uptime_ns / 1_000_000,
+        s.gomaxprocs,
+        s.idle_procs,
+        s.threads + 2, // + sysmon and the thread that called run (Go counts m0 and sysmon)
+        s.spinning_threads,
+        s.idle_threads,
+        s.global_runq,
+        runqs.join(" ")
+    );
+    let _ = &SCHED;
+}

@@ -1,0 +1,705 @@
+//! Scheduler tests ported from Go's runtime/proc_test.go
+//! (TestGoroutineParallelism{,2}, TestYieldProgress, TestPingPongHog,
+//! TestTimerFairness{,2}, TestNumGoroutine) plus GOMAXPROCS resizing while a
+//! workload runs, "sleep parks the goroutine, not the thread" and a million
+//! parked goroutines.
+//!
+//! These tests change GOMAXPROCS (goro::set_max_procs) or count goroutines,
+//! so they live in their own test binary and are serialised by `SERIAL`;
+//! each restores GOMAXPROCS on the way out (also on panic) and joins every
+//! goroutine it starts.
+//!
+//! Skipped: TestBlockLocked / TestYieldLocked (LockOSThread comes later),
+//! TestGoroutineParallelism2's netpoll variant (needs goro::net),
+//! TestStopTheWorldDeadlock / TestPreemptionGC (no GC).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use goro::chan;
+
+fn qemu() -> bool {
+    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+}
+
+fn scale(n: usize) -> usize {
+    if qemu() {
+        (n / 10).max(1)
+    } else {
+        n
+    }
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Held for the duration of a test: serialises the tests of this file and
+/// runs a hang detector. Several tests here can only finish if goroutines are
+/// preempted or really run in parallel; a broken runtime would hang them
+/// forever. The watchdog is no speed assertion: its limit is minutes.
+struct Serial {
+    _lock: MutexGuard<'static, ()>,
+    _done: std::sync::mpsc::Sender<()>,
+}
+
+fn serial() -> Serial {
+    let lock = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let name = std::thread::current().name().unwrap_or("?").to_string();
+    let limit = Duration::from_secs(if qemu() { 1800 } else { 300 });
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
+            eprintln!("test {name} hung for {limit:?}: aborting");
+            std::process::abort();
+        }
+    });
+    Serial { _lock: lock, _done: done }
+}
+
+/// Sets GOMAXPROCS and restores the previous value when dropped (Go's
+/// `defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))`).
+struct Procs(usize);
+
+fn procs(n: usize) -> Procs {
+    Procs(goro::set_max_procs(n))
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        goro::set_max_procs(self.0);
+    }
+}
+
+/// Spawn `p` goroutines that pass a token around in strict round-robin order
+/// by busy-waiting on an atomic (no runtime calls): it only completes if all
+/// `p` run at the same time. Nested: spawn through p/2 intermediate
+/// goroutines (TestGoroutineParallelism2).
+fn check_parallel(p: usize, nested: bool) {
+    let x = Arc::new(AtomicUsize::new(0));
+    let worker = move |x: Arc<AtomicUsize>, id: usize, p: usize| {
+        move || {
+            for i in 0..3 {
+                let expected = p * i + id;
+                while x.load(SeqCst) != expected {
+                    std::hint::spin_loop();
+                }
+                x.store(expected + 1, SeqCst);
+            }
+        }
+    };
+    if !nested {
+        let hs: Vec<_> = (0..p).map(|id| goro::spawn(worker(x.clone(), id, p))).collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    } else {
+        assert!(p % 2 == 0);
+        let (done_tx, done_rx) = chan::<goro::JoinHandle<()>>(p);
+        let parents: Vec<_> = (0..p / 2)
+            .map(|q| {
+                let (x, done_tx) = (x.clone(), done_tx.clone());
+                goro::spawn(move || {
+                    for q2 in 0..2 {
+                        let h = goro::spawn(worker(x.clone(), q * 2 + q2, p));
+                        done_tx.send(h).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in parents {
+            h.join().unwrap();
+        }
+        for _ in 0..p {
+            done_rx.recv().unwrap().join().unwrap();
+        }
+    }
+    assert_eq!(x.load(SeqCst), 3 * p);
+}
+
+/// TestGoroutineParallelism: with GOMAXPROCS = 4, four goroutines run at once.
+#[test]
+fn goroutine_parallelism() {
+    let _s = serial();
+    goro::run(|| {
+        let _p = procs(4);
+        for _ in 0..if qemu() { 3 } else { 10 } {
+            check_parallel(4, false);
+        }
+    });
+}
+
+/// TestGoroutineParallelism2: nested spawns, with and without a preceding
+/// load that makes worker threads start parking.
+#[test]
+fn goroutine_parallelism2() {
+    let _s = serial();
+    goro::run(|| {
+        const P: usize = 4;
+        let _p = procs(P);
+        for load in [true, false] {
+            for _ in 0..if qemu() { 3 } else { 10 } {
+                if load {
+                    // Create P goroutines and wait until they all run.
+                    let x = Arc::new(AtomicUsize::new(0));
+                    let (done_tx, done_rx) = chan::<()>(0);
+                    let hs: Vec<_> = (0..P)
+                        .map(|_| {
+                            let (x, done_tx) = (x.clone(), done_tx.clone());
+                            goro::spawn(move || {
+                                if x.fetch_add(1, SeqCst) + 1 == P {
+                                    done_tx.send(()).unwrap();
+                                    return;
+                                }
+                                while x.load(SeqCst) != P {
+                                    std::hint::spin_loop();
+                                }
+                            })
+                        })
+                        .collect();
+                    done_rx.recv().unwrap();
+                    for h in hs {
+                        h.join().unwrap();
+                    }
+                }
+                check_parallel(P, true);
+            }
+        }
+    });
+}
+
+/// TestYieldProgress: a goroutine that polls with select/default and yields
+/// must not keep a sleeping goroutine (whose timer expires) from running,
+/// with one P and with the default number.
+#[test]
+fn yield_progress() {
+    let _s = serial();
+    goro::run(|| {
+        for n in [1, 0] {
+            let _p = procs(n); // 0: query only, keeps the current value
+            let (c_tx, c_rx) = chan::<bool>(0);
+            let (ack_tx, ack_rx) = chan::<bool>(0);
+            let h = goro::spawn(move || loop {
+                goro::select! {
+                    recv(c_rx) -> _v => {
+                        ack_tx.send(true).unwrap();
+                        return;
+                    },
+                    default => { goro::yield_now() },
+                }
+            });
+            // The scenario, not synchronisation: park on a timer while the
+            // other goroutine spins through yield_now.
+            goro::time::sleep(Duration::from_millis(10));
+            c_tx.send(true).unwrap();
+            assert!(ack_rx.recv().unwrap());
+            h.join().unwrap();
+        }
+    });
+}
+
+/// Gosched hands the only P to the other runnable goroutine: two goroutines
+/// take strict turns via yield_now with GOMAXPROCS = 1, needing about one
+/// yield per turn (a yield that does not switch would spin until preempted).
+#[test]
+fn yield_alternates_on_one_p() {
+    let _s = serial();
+    goro::run(|| {
+        let _p = procs(1);
+        let rounds = scale(2000);
+        let turn = Arc::new(AtomicUsize::new(0));
+        let yields = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..2)
+            .map(|id| {
+                let (turn, yields) = (turn.clone(), yields.clone());
+                goro::spawn(move || {
+                    for _ in 0..rounds {
+                        while turn.load(SeqCst) % 2 != id {
+                            yields.fetch_add(1, SeqCst);
+                            goro::yield_now();
+                        }
+                        turn.fetch_add(1, SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(turn.load(SeqCst), 2 * rounds);
+        let y = yields.load(SeqCst);
+        assert!(
+            y <= 20 * 2 * rounds,
+            "{y} yields for {} turns: yield_now does not switch to the other runnable goroutine",
+            2 * rounds
+        );
+    });
+}
+
+/// TestPingPongHog: with GOMAXPROCS = 1, a pair of goroutines handing a token
+/// back and forth after long computations ("hogs") and a pair doing short
+/// ones must share the P within a time slice: their counts stay within a
+/// factor of 20 (a scheduler that lets one pair monopolise the P via
+/// runnext is off by ~1000x).
+#[test]
+fn ping_pong_hog() {
+    let _s = serial();
+    goro::run(|| {
+        let _p = procs(1);
+        let (hog_limit, light_limit) = if qemu() { (100_000u64, 100u64) } else { (1_000_000u64, 1_000u64) };
+        let (done_tx, done_rx) = chan::<()>(0);
+        let (hog_tx, hog_rx) = chan::<bool>(0);
+        let (light_tx, light_rx) = chan::<bool>(0);
+        let hog_count = Arc::new(AtomicU64::new(0));
+        let light_count = Arc::new(AtomicU64::new(0));
+
+        let run = |limit: u64, counter: Arc<AtomicU64>, wake_tx: goro::Sender<bool>, wake_rx: goro::Receiver<bool>| {
+            let done_rx = done_rx.clone();
+            goro::spawn(move || loop {
+                goro::select! {
+                    recv(done_rx) -> _v => { return; },
+                    recv(wake_rx) -> _v => {
+                        for _ in 0..limit {
+                            counter.store(counter.load(Relaxed) + 1, Relaxed);
+                        }
+                        wake_tx.send(true).unwrap();
+                    },
+                }
+            })
+        };
+        let mut hs = Vec::new();
+        // Two co-scheduled hog goroutines, two co-scheduled light goroutines.
+        for _ in 0..2 {
+            hs.push(run(hog_limit, hog_count.clone(), hog_tx.clone(), hog_rx.clone()));
+        }
+        for _ in 0..2 {
+            hs.push(run(light_limit, light_count.clone(), light_tx.clone(), light_rx.clone()));
+        }
+        hog_tx.send(true).unwrap();
+        light_tx.send(true).unwrap();
+        // The run time of the experiment (as in Go), not synchronisation.
+        goro::time::sleep(Duration::from_millis(if qemu() { 1000 } else { 100 }));
+        done_tx.close();
+        hog_rx.recv().unwrap();
+        light_rx.recv().unwrap();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let (hog, light) = (hog_count.load(SeqCst), light_count.load(SeqCst));
+        const FACTOR: u64 = 20;
+        assert!(
+            hog / FACTOR <= light && light / FACTOR <= hog,
+            "want hogCount/lightCount in [1/{FACTOR}, {FACTOR}]; got {hog}/{light} = {}",
+            hog as f64 / light as f64
+        );
+    });
+}
+
+/// TestTimerFairness: a timer channel gets its turn although another case of
+/// the same select is always ready (with one P and with the default number).
+#[test]
+fn timer_fairness() {
+    let _s = serial();
+    goro::run(|| {
+        for n in [1, 0] {
+            let _p = procs(n);
+            let (done_tx, done_rx) = chan::<()>(0);
+            let (c_tx, c_rx) = chan::<bool>(0);
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    let (done_rx, c_tx) = (done_rx.clone(), c_tx.clone());
+                    goro::spawn(move || loop {
+                        goro::select! {
+                            send(c_tx, true) -> _r => {},
+                            recv(done_rx) -> _v => { return; },
+                        }
+                    })
+                })
+                .collect();
+            let timer = goro::time::after(Duration::from_millis(20));
+            loop {
+                goro::select! {
+                    recv(c_rx) -> _v => {},
+                    recv(timer) -> _t => {
+                        done_tx.close();
+                        break;
+                    },
+                }
+            }
+            for h in hs {
+                h.join().unwrap();
+            }
+        }
+    });
+}
+
+/// TestTimerFairness2: as above, but each goroutine also makes a (blocking
+/// marked) system call each round and owns its timer.
+#[test]
+fn timer_fairness2() {
+    let _s = serial();
+    goro::run(|| {
+        for n in [1, 0] {
+            let _p = procs(n);
+            let (done_tx, done_rx) = chan::<bool>(0);
+            let (c_tx, c_rx) = chan::<bool>(0);
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    let (done_tx, c_tx, c_rx) = (done_tx.clone(), c_tx.clone(), c_rx.clone());
+                    goro::spawn(move || {
+                        let timer = goro::time::after(Duration::from_millis(20));
+                        loop {
+                            // SAFETY: getppid has no preconditions.
+                            goro::blocking(|| unsafe { libc::getppid() });
+                            goro::select! {
+                                send(c_tx, true) -> _r => {},
+                                recv(c_rx) -> _v => {},
+                                recv(timer) -> _t => {
+                                    done_tx.send(true).unwrap();
+                                    return;
+                                },
+                            }
+                        }
+                    })
+                })
+                .collect();
+            assert!(done_rx.recv().unwrap());
+            assert!(done_rx.recv().unwrap());
+            for h in hs {
+                h.join().unwrap();
+            }
+        }
+    });
+}
+
+/// Wait (by yielding, bounded) until num_goroutine() == want.
+fn await_num_goroutine(want: usize) -> usize {
+    let mut n = goro::num_goroutine();
+    for _ in 0..100_000 {
+        if n == want {
+            break;
+        }
+        goro::yield_now();
+        n = goro::num_goroutine();
+    }
+    n
+}
+
+/// TestNumGoroutine: num_goroutine counts exactly the live goroutines
+/// (runnable, running, waiting), including parked ones, and drops back once
+/// they exit.
+#[test]
+fn num_goroutine() {
+    let _s = serial();
+    goro::run(|| {
+        // Goroutines of earlier tests in this file were all joined; give the
+        // last of them the chance to finish exiting.
+        let base = {
+            let mut b = goro::num_goroutine();
+            for _ in 0..1000 {
+                goro::yield_now();
+                b = goro::num_goroutine();
+            }
+            b
+        };
+        assert!(base >= 1, "the calling goroutine is live: got {base}");
+        const K: usize = 100;
+        let (tx, rx) = chan::<()>(0);
+        let hs: Vec<_> = (0..K)
+            .map(|_| {
+                let rx = rx.clone();
+                goro::spawn(move || rx.recv())
+            })
+            .collect();
+        let n = await_num_goroutine(base + K);
+        assert_eq!(n, base + K, "num_goroutine with {K} parked goroutines");
+        assert!(goro::stats().goroutines as usize >= base);
+        tx.close();
+        for h in hs {
+            assert!(h.join().unwrap().is_err());
+        }
+        let n = await_num_goroutine(base);
+        assert_eq!(n, base, "num_goroutine after they exited");
+    });
+    // Callable from a plain thread too.
+    let _ = goro::num_goroutine();
+}
+
+/// set_max_procs returns the previous value, 0 only queries, and max_procs()
+/// and stats() agree.
+#[test]
+fn set_max_procs_basics() {
+    let _s = serial();
+    goro::run(|| {
+        let orig = goro::set_max_procs(0);
+        assert!(orig >= 1);
+        assert_eq!(goro::max_procs(), orig);
+        assert_eq!(goro::set_max_procs(0), orig, "0 must only query");
+        for n in [3usize, 1, 4, 2, 7] {
+            let before = goro::max_procs();
+            assert_eq!(goro::set_max_procs(n), before);
+            assert_eq!(goro::max_procs(), n);
+            assert_eq!(goro::set_max_procs(0), n);
+            let s = goro::stats();
+            assert_eq!(s.gomaxprocs as usize, n);
+            assert_eq!(s.local_runq.len(), n, "one local run queue per P");
+            assert!(s.idle_procs as usize <= n);
+        }
+        assert_eq!(goro::set_max_procs(orig), 7);
+        assert_eq!(goro::max_procs(), orig);
+    });
+}
+
+/// Without GOMAXPROCS in the environment, the default is the number of CPUs
+/// available to the process (affinity mask and cgroup quota), like
+/// std::thread::available_parallelism.
+#[test]
+fn default_max_procs() {
+    let _s = serial();
+    let n = goro::run(goro::max_procs); // every test restores GOMAXPROCS
+    match std::env::var("GOMAXPROCS").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(env) if env > 0 => assert_eq!(n, env),
+        _ => assert_eq!(n, std::thread::available_parallelism().unwrap().get()),
+    }
+}
+
+/// CPU-bound piece of work with no runtime calls.
+fn work(v: u64) -> u64 {
+    let mut x = v;
+    for _ in 0..200 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    }
+    x % 1000
+}
+
+/// GOMAXPROCS changes 1 -> 4 -> 2 -> 3 -> 1 while a producer / worker pool /
+/// consumer pipeline keeps running, and a second goroutine resizes
+/// concurrently; the pipeline's sum must come out exact and every P count
+/// must be usable afterwards.
+#[test]
+fn resize_while_running() {
+    let _s = serial();
+    goro::run(|| {
+        let _p = procs(1);
+        let n = scale(100_000);
+        let (work_tx, work_rx) = chan::<u64>(64);
+        let (res_tx, res_rx) = chan::<u64>(64);
+        let producer = goro::spawn(move || {
+            for i in 0..n as u64 {
+                work_tx.send(i).unwrap();
+            }
+            // work_tx dropped: closes the work channel.
+        });
+        let workers: Vec<_> = (0..8)
+            .map(|_| {
+                let (work_rx, res_tx) = (work_rx.clone(), res_tx.clone());
+                goro::spawn(move || {
+                    for v in work_rx.iter() {
+                        res_tx.send(work(v)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        drop((work_rx, res_tx));
+        let stop = Arc::new(AtomicBool::new(false));
+        let resizer = {
+            let stop = stop.clone();
+            goro::spawn(move || {
+                let mut i = 0;
+                while !stop.load(SeqCst) {
+                    let n = [2usize, 4, 1, 3][i % 4];
+                    goro::set_max_procs(n);
+                    let m = goro::max_procs();
+                    assert!((1..=4).contains(&m), "max_procs() = {m} while resizing among 1..=4");
+                    for _ in 0..50 {
+                        goro::yield_now();
+                    }
+                    i += 1;
+                }
+                i
+            })
+        };
+        let plan = [(n / 5, 4usize), (2 * n / 5, 2), (3 * n / 5, 3), (4 * n / 5, 1)];
+        let mut sum = 0u64;
+        let mut count = 0usize;
+        for v in res_rx.iter() {
+            sum += v;
+            count += 1;
+            if let Some(&(_, procs)) = plan.iter().find(|&&(at, _)| at == count) {
+                goro::set_max_procs(procs);
+            }
+        }
+        stop.store(true, SeqCst);
+        let resizes = resizer.join().unwrap();
+        producer.join().unwrap();
+        for w in workers {
+            w.join().unwrap();
+        }
+        let expect: u64 = (0..n as u64).map(work).sum();
+        assert_eq!(count, n);
+        assert_eq!(sum, expect);
+        assert!(resizes >= 1);
+        // Every size is fully usable after all that.
+        for p in [4usize, 2, 3] {
+            goro::set_max_procs(p);
+            check_parallel(p, false);
+        }
+    });
+}
+
+/// Shrinking GOMAXPROCS while goroutines spin without runtime calls: the
+/// spinning goroutines must be moved off the removed Ps (preempted), and all
+/// of them keep making progress at every size.
+#[test]
+fn resize_with_cpu_bound_goroutines() {
+    let _s = serial();
+    goro::run(|| {
+        let _p = procs(4);
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress: Arc<Vec<AtomicU64>> = Arc::new((0..6).map(|_| AtomicU64::new(0)).collect());
+        let hs: Vec<_> = (0..6)
+            .map(|i| {
+                let (stop, progress) = (stop.clone(), progress.clone());
+                goro::spawn(move || {
+                    let mut x = i as u64;
+                    while !stop.load(Relaxed) {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        progress[i].fetch_add(1, Relaxed);
+                    }
+                    x
+                })
+            })
+            .collect();
+        for p in [1usize, 3, 2, 4, 1] {
+            assert!(goro::set_max_procs(p) >= 1);
+            assert_eq!(goro::max_procs(), p);
+            // Each spinner must advance at this size (needs preemption when
+            // there are fewer Ps than spinners). Bounded by progress, not time.
+            let before: Vec<u64> = progress.iter().map(|c| c.load(Relaxed)).collect();
+            for (i, c) in progress.iter().enumerate() {
+                while c.load(Relaxed) == before[i] {
+                    goro::yield_now();
+                }
+            }
+        }
+        stop.store(true, SeqCst);
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}
+
+/// Sleep parks the goroutine, not the thread: with GOMAXPROCS = 1, while 64
+/// goroutines sleep another goroutine runs, and the runtime does not hold
+/// an OS thread per sleeper.
+#[test]
+fn sleep_parks_goroutine_not_thread() {
+    let _s = serial();
+    goro::run(|| {
+        let _p = procs(1);
+        const SLEEPERS: usize = 64;
+        let base_threads = goro::stats().threads as usize;
+        let started = Arc::new(AtomicUsize::new(0));
+        let d = Duration::from_millis(if qemu() { 3000 } else { 1000 });
+        let (all_started_tx, all_started_rx) = chan::<()>(1);
+        let sleepers: Vec<_> = (0..SLEEPERS)
+            .map(|_| {
+                let (started, all_started_tx) = (started.clone(), all_started_tx.clone());
+                goro::spawn(move || {
+                    let t0 = Instant::now();
+                    if started.fetch_add(1, SeqCst) + 1 == SLEEPERS {
+                        all_started_tx.send(()).unwrap();
+                    }
+                    goro::time::sleep(d);
+                    t0.elapsed()
+                })
+            })
+            .collect();
+        all_started_rx.recv().unwrap();
+        // Another goroutine gets the single P while the sleepers sleep.
+        let other = goro::spawn(|| 7);
+        assert_eq!(other.join().unwrap(), 7);
+        let threads = goro::stats().threads as usize;
+        assert!(
+            threads < base_threads.max(SLEEPERS / 2) + SLEEPERS / 2,
+            "{threads} OS threads with {SLEEPERS} sleeping goroutines (was {base_threads}): sleep blocks threads"
+        );
+        for h in sleepers {
+            let slept = h.join().unwrap();
+            assert!(slept >= d, "sleep({d:?}) returned after {slept:?}");
+        }
+    });
+}
+
+/// Park `n` goroutines at once: a quarter on a shared channel released by
+/// sends, a quarter on a shared channel released by close, half on a channel
+/// of their own. Then release and join them all, checking the results.
+fn park_many(n: usize) {
+    goro::run(move || {
+        let quarter = n / 4;
+        let started = Arc::new(AtomicUsize::new(0));
+        let (all_tx, all_rx) = chan::<()>(1);
+        let (shared_a_tx, shared_a_rx) = chan::<u64>(0);
+        let (shared_b_tx, shared_b_rx) = chan::<u64>(0);
+        let mut own = Vec::with_capacity(n - 2 * quarter);
+        let mut hs = Vec::with_capacity(n);
+        for i in 0..n {
+            let (started, all_tx) = (started.clone(), all_tx.clone());
+            let rx = if i < quarter {
+                shared_a_rx.clone()
+            } else if i < 2 * quarter {
+                shared_b_rx.clone()
+            } else {
+                let (tx, rx) = chan::<u64>(0);
+                own.push(tx);
+                rx
+            };
+            hs.push(goro::spawn(move || {
+                if started.fetch_add(1, SeqCst) + 1 == n {
+                    all_tx.send(()).unwrap();
+                }
+                drop(all_tx);
+                match rx.recv() {
+                    Ok(v) => v,
+                    Err(_) => 1,
+                }
+            }));
+        }
+        drop((shared_a_rx, shared_b_rx, all_tx));
+        all_rx.recv().unwrap(); // every goroutine is running or parked
+        assert!(goro::num_goroutine() > n, "num_goroutine with {n} parked goroutines");
+        for _ in 0..quarter {
+            shared_a_tx.send(2).unwrap();
+        }
+        shared_b_tx.close();
+        for (i, tx) in own.iter().enumerate() {
+            tx.send(3 + (i % 2) as u64).unwrap();
+        }
+        let mut sum = 0;
+        for h in hs {
+            sum += h.join().unwrap();
+        }
+        let owners = (n - 2 * quarter) as u64;
+        let expect = 2 * quarter as u64 + quarter as u64 + 3 * owners + owners / 2;
+        assert_eq!(sum, expect);
+    });
+}
+
+/// 100,000 goroutines parked at once (well past the ~32k stacks that one
+/// mmap + guard page per stack allows under the default vm.max_map_count).
+#[test]
+fn many_goroutines_parked() {
+    let _s = serial();
+    park_many(if qemu() { 10_000 } else { 100_000 });
+}
+
+/// 1,000,000 goroutines parked at once. Run with `cargo test --release`.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "1M goroutines: run with cargo test --release")]
+fn million_goroutines_parked() {
+    if qemu() {
+        println!("skipped under qemu");
+        return;
+    }
+    let _s = serial();
+    park_many(1_000_000);
+}

@@ -1,0 +1,698 @@
+//! `select!` tests ported from Go's runtime/chan_test.go (TestSelectFairness,
+//! TestSelectDuplicateChannel, TestSelfSelect, TestSelectStress,
+//! TestChanSendInterface, TestPseudoRandomSend) plus the goro-specific
+//! contract: `default`, `select!` as an expression, `break`/`return`/`?` in
+//! arms, closed channels and dropped receivers in send arms, the
+//! `recv(goro::time::after(d))` timeout idiom, one channel in several arms,
+//! and select from a plain OS thread.
+//!
+//! Go's nil channel (a case that can never proceed) is emulated by a fresh
+//! channel whose other end is kept alive but never used.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use goro::{chan, RecvError, SendError};
+
+fn qemu() -> bool {
+    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+}
+
+fn scale(n: usize) -> usize {
+    if qemu() {
+        (n / 10).max(1)
+    } else {
+        n
+    }
+}
+
+/// Give other goroutines a chance to run. Never used to order events: the
+/// tests below are correct under any interleaving; this only makes the
+/// interesting interleaving likely (as Go's tests do with time.Sleep).
+fn let_others_run() {
+    for _ in 0..8 {
+        goro::yield_now();
+    }
+    goro::time::sleep(Duration::from_millis(1));
+}
+
+/// |count/trials - p| must stay within 7 standard deviations: essentially
+/// never fails for a uniform choice, always fails for "first ready case".
+fn assert_uniformish(counts: &[usize], what: &str) {
+    let trials: usize = counts.iter().sum();
+    let p = 1.0 / counts.len() as f64;
+    let sigma = (trials as f64 * p * (1.0 - p)).sqrt();
+    let expect = trials as f64 * p;
+    for (i, &c) in counts.iter().enumerate() {
+        assert!(
+            (c as f64 - expect).abs() <= 7.0 * sigma,
+            "{what}: unfair select: case {i} chosen {c} times out of {trials} (counts {counts:?}, expected {expect:.0} +- {:.0})",
+            7.0 * sigma
+        );
+    }
+}
+
+/// TestSelectFairness: with two always-ready cases (and two never-ready ones
+/// listed first), each ready case is chosen about half the time.
+#[test]
+fn select_fairness() {
+    goro::run(|| {
+        let trials = scale(10_000);
+        let (c1_tx, c1_rx) = chan::<u8>(trials + 1);
+        let (c2_tx, c2_rx) = chan::<u8>(trials + 1);
+        for _ in 0..trials + 1 {
+            c1_tx.send(1).unwrap();
+            c2_tx.send(2).unwrap();
+        }
+        let (_c3_tx, c3_rx) = chan::<u8>(0);
+        let (_c4_tx, c4_rx) = chan::<u8>(0);
+        let (out_tx, out_rx) = chan::<u8>(0);
+        let (done_tx, done_rx) = chan::<u8>(0);
+        let h = goro::spawn(move || loop {
+            let b = goro::select! {
+                recv(c3_rx) -> b => { b.unwrap() },
+                recv(c4_rx) -> b => { b.unwrap() },
+                recv(c1_rx) -> b => { b.unwrap() },
+                recv(c2_rx) -> b => { b.unwrap() },
+            };
+            goro::select! {
+                send(out_tx, b) -> r => { r.unwrap() },
+                recv(done_rx) -> _d => { return; },
+            }
+        });
+        let mut counts = [0usize; 2];
+        for _ in 0..trials {
+            match out_rx.recv().unwrap() {
+                1 => counts[0] += 1,
+                2 => counts[1] += 1,
+                b => panic!("unexpected value {b} on channel"),
+            }
+        }
+        done_tx.close();
+        h.join().unwrap();
+        assert_uniformish(&counts, "2 ready recv cases");
+    });
+}
+
+/// Four ready cases of mixed kinds (two receives, two sends) are each chosen
+/// about a quarter of the time.
+#[test]
+fn select_fairness_four_mixed_cases() {
+    goro::run(|| {
+        let trials = scale(8_000);
+        let (a_tx, a_rx) = chan::<u8>(trials);
+        let (b_tx, b_rx) = chan::<u8>(trials);
+        let (c_tx, _c_rx) = chan::<u8>(trials);
+        let (d_tx, _d_rx) = chan::<u8>(trials);
+        for _ in 0..trials {
+            a_tx.send(0).unwrap();
+            b_tx.send(1).unwrap();
+        }
+        let mut counts = [0usize; 4];
+        for _ in 0..trials {
+            let i = goro::select! {
+                recv(a_rx) -> v => { assert_eq!(v, Ok(0)); 0 },
+                send(c_tx, 2) -> r => { r.unwrap(); 2 },
+                recv(b_rx) -> v => { assert_eq!(v, Ok(1)); 1 },
+                send(d_tx, 3) -> r => { r.unwrap(); 3 },
+            };
+            counts[i] += 1;
+        }
+        assert_uniformish(&counts, "4 ready mixed cases");
+    });
+}
+
+/// TestSelectDuplicateChannel: a G can be queued on the same channel several
+/// times; waking it through another channel must dequeue it from all of them
+/// without corrupting the wait queue.
+#[test]
+fn select_duplicate_channel() {
+    goro::run(|| {
+        let (c_tx, c_rx) = chan::<i32>(0);
+        let (d_tx, d_rx) = chan::<i32>(0);
+        let (e_tx, e_rx) = chan::<i32>(0);
+
+        // Goroutine A.
+        let a = {
+            let c_rx = c_rx.clone();
+            goro::spawn(move || {
+                let got = goro::select! {
+                    recv(c_rx) -> v => { ("c1", v) },
+                    recv(c_rx) -> v => { ("c2", v) },
+                    recv(d_rx) -> v => { ("d", v) },
+                };
+                e_tx.send(9).unwrap();
+                got
+            })
+        };
+        let_others_run(); // make it likely that A is queued first on c
+
+        // Goroutine B.
+        let b = goro::spawn(move || c_rx.recv());
+        let_others_run(); // make it likely that B is queued on c before continuing
+
+        d_tx.send(7).unwrap(); // wakes A, which dequeues itself from c (twice)
+        assert_eq!(e_rx.recv(), Ok(9)); // A tells us it's done
+        c_tx.send(8).unwrap(); // wakes B; a corrupted c.recvq would try to wake A
+        assert_eq!(a.join().unwrap(), ("d", Ok(7)));
+        assert_eq!(b.join().unwrap(), Ok(8));
+    });
+}
+
+/// One channel in two receive arms: exactly one arm fires per ready value,
+/// exactly one value is consumed, and both arms get chosen.
+#[test]
+fn select_same_channel_twice_ready() {
+    goro::run(|| {
+        let trials = scale(4_000);
+        let (tx, rx) = chan::<usize>(trials);
+        for i in 0..trials {
+            tx.send(i).unwrap();
+        }
+        let mut counts = [0usize; 2];
+        for i in 0..trials {
+            let (arm, v) = goro::select! {
+                recv(rx) -> v => { (0, v) },
+                recv(rx) -> v => { (1, v) },
+            };
+            assert_eq!(v, Ok(i), "each select consumes exactly one value, in order");
+            counts[arm] += 1;
+        }
+        assert!(matches!(rx.try_recv(), Err(goro::TryRecvError::Empty)));
+        assert_uniformish(&counts, "duplicate recv arms");
+    });
+}
+
+/// TestSelfSelect: send and receive on the same channel in one select must not
+/// crash or deadlock, and on an unbuffered channel a goroutine never receives
+/// its own value.
+#[test]
+fn self_select() {
+    goro::run(|| {
+        for cap in [0usize, 10] {
+            let (tx, rx) = chan::<usize>(cap);
+            let hs: Vec<_> = (0..2usize)
+                .map(|p| {
+                    let (tx, rx) = (tx.clone(), rx.clone());
+                    goro::spawn(move || {
+                        for i in 0..scale(1000) {
+                            if p == 0 || i % 2 == 0 {
+                                goro::select! {
+                                    send(tx, p) -> r => { r.unwrap() },
+                                    recv(rx) -> v => {
+                                        if cap == 0 && v == Ok(p) {
+                                            panic!("self receive");
+                                        }
+                                    },
+                                }
+                            } else {
+                                goro::select! {
+                                    recv(rx) -> v => {
+                                        if cap == 0 && v == Ok(p) {
+                                            panic!("self receive");
+                                        }
+                                    },
+                                    send(tx, p) -> r => { r.unwrap() },
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+        }
+    });
+}
+
+/// TestSelectStress: 4 channels (two unbuffered, two buffered); one sender and
+/// one receiver per channel, plus one goroutine sending N values on each in a
+/// single select and one receiving N values from each in a single select.
+/// Must not deadlock, and every count must come out exact.
+#[test]
+fn select_stress() {
+    goro::run(|| {
+        let n = scale(20_000);
+        let caps = [0usize, 0, 2, 3];
+        let (txs, rxs): (Vec<_>, Vec<_>) = caps.iter().map(|&c| chan::<i32>(c)).unzip();
+        let mut hs = Vec::new();
+        for k in 0..4 {
+            let tx = txs[k].clone();
+            hs.push(goro::spawn(move || {
+                for _ in 0..n {
+                    tx.send(0).unwrap();
+                }
+            }));
+            let rx = rxs[k].clone();
+            hs.push(goro::spawn(move || {
+                for _ in 0..n {
+                    rx.recv().unwrap();
+                }
+            }));
+        }
+        // Select sender.
+        {
+            let mut c1: Vec<goro::Sender<i32>> = txs.clone();
+            hs.push(goro::spawn(move || {
+                // "nil" channel: nobody ever receives on it.
+                let (never_tx, _never_rx) = chan::<i32>(0);
+                let mut cnt = [0usize; 4];
+                for _ in 0..4 * n {
+                    let k = goro::select! {
+                        send(c1[3], 0) -> r => { r.unwrap(); 3 },
+                        send(c1[2], 0) -> r => { r.unwrap(); 2 },
+                        send(c1[0], 0) -> r => { r.unwrap(); 0 },
+                        send(c1[1], 0) -> r => { r.unwrap(); 1 },
+                    };
+                    cnt[k] += 1;
+                    if cnt[k] == n {
+                        c1[k] = never_tx.clone();
+                    }
+                }
+                assert_eq!(cnt, [n; 4]);
+            }));
+        }
+        // Select receiver.
+        {
+            let mut c1: Vec<goro::Receiver<i32>> = rxs.clone();
+            hs.push(goro::spawn(move || {
+                // "nil" channel: nobody ever sends on it.
+                let (_never_tx, never_rx) = chan::<i32>(0);
+                let mut cnt = [0usize; 4];
+                for _ in 0..4 * n {
+                    let k = goro::select! {
+                        recv(c1[0]) -> v => { v.unwrap(); 0 },
+                        recv(c1[1]) -> v => { v.unwrap(); 1 },
+                        recv(c1[2]) -> v => { v.unwrap(); 2 },
+                        recv(c1[3]) -> v => { v.unwrap(); 3 },
+                    };
+                    cnt[k] += 1;
+                    if cnt[k] == n {
+                        c1[k] = never_rx.clone();
+                    }
+                }
+                assert_eq!(cnt, [n; 4]);
+            }));
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        for rx in &rxs {
+            assert!(matches!(rx.try_recv(), Err(goro::TryRecvError::Empty)));
+        }
+    });
+}
+
+/// TestChanSendInterface: sends of trait objects through select, with
+/// default, on a full channel; unselected send values must not leak.
+#[test]
+fn chan_send_interface() {
+    struct Mt;
+    goro::run(|| {
+        type Any = Arc<dyn std::any::Any + Send + Sync>;
+        let m: Arc<Mt> = Arc::new(Mt);
+        let (tx, rx) = chan::<Any>(1);
+        assert!(tx.send(m.clone()).is_ok());
+        goro::select! {
+            send(tx, m.clone() as Any) -> _r => { panic!("send to full chan") },
+            default => {},
+        }
+        goro::select! {
+            send(tx, m.clone() as Any) -> _r => { panic!("send to full chan") },
+            send(tx, Arc::new(Mt) as Any) -> _r => { panic!("send to full chan") },
+            default => {},
+        }
+        // Only the buffered value and `m` itself hold references: values of
+        // send arms that were not chosen were dropped (or never built).
+        assert_eq!(Arc::strong_count(&m), 2);
+        let got = rx.recv().unwrap();
+        assert!(got.downcast_ref::<Mt>().is_some());
+        drop(got);
+        assert_eq!(Arc::strong_count(&m), 1);
+    });
+}
+
+/// Values of send arms that were not chosen are dropped, never leaked, also
+/// when another arm completes after blocking.
+#[test]
+fn select_unchosen_send_values_not_leaked() {
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
+    struct Tracked;
+    impl Tracked {
+        fn new() -> Tracked {
+            LIVE.fetch_add(1, SeqCst);
+            Tracked
+        }
+    }
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            LIVE.fetch_sub(1, SeqCst);
+        }
+    }
+    goro::run(|| {
+        let (a_tx, a_rx) = chan::<Tracked>(0);
+        let (b_tx, _b_rx) = chan::<Tracked>(0);
+        let (c_tx, c_rx) = chan::<i32>(0);
+        let h = goro::spawn(move || {
+            for _ in 0..100 {
+                goro::select! {
+                    send(a_tx, Tracked::new()) -> r => { assert!(r.is_ok()) },
+                    send(b_tx, Tracked::new()) -> _r => { panic!("nobody receives on b") },
+                    recv(c_rx) -> _v => { panic!("nobody sends on c") },
+                }
+            }
+        });
+        for _ in 0..100 {
+            drop(a_rx.recv().unwrap());
+        }
+        h.join().unwrap();
+        drop(c_tx);
+        assert_eq!(LIVE.load(SeqCst), 0, "send-arm values leaked");
+    });
+}
+
+/// TestPseudoRandomSend: a select with two send cases on the same channel
+/// picks pseudo-randomly, both when it finds a waiting receiver and when it
+/// blocks (random enqueue order, unbuffered case).
+#[test]
+fn pseudo_random_send() {
+    goro::run(|| {
+        let n = 100;
+        for cap in [0usize, n] {
+            let (tx, rx) = chan::<usize>(cap);
+            let h = goro::spawn(move || {
+                let mut l = Vec::with_capacity(n);
+                for _ in 0..n {
+                    goro::yield_now();
+                    l.push(rx.recv().unwrap());
+                }
+                l
+            });
+            for _ in 0..n {
+                goro::select! {
+                    send(tx, 1) -> r => { r.unwrap() },
+                    send(tx, 0) -> r => { r.unwrap() },
+                }
+            }
+            let l = h.join().unwrap();
+            let n1: usize = l.iter().sum();
+            let n0 = n - n1;
+            assert!(
+                n0 > n / 10 && n1 > n / 10,
+                "want pseudorandom, got {n0} zeros and {n1} ones (chan cap {cap})"
+            );
+        }
+    });
+}
+
+/// `default` runs only when no case is ready; a ready case always wins over
+/// default.
+#[test]
+fn select_default() {
+    goro::run(|| {
+        let (tx, rx) = chan::<i32>(1);
+        let (full_tx, _full_rx) = chan::<i32>(0);
+        for _ in 0..100 {
+            let r = goro::select! {
+                recv(rx) -> _v => { "recv" },
+                send(full_tx, 1) -> _r => { "send" },
+                default => { "default" },
+            };
+            assert_eq!(r, "default");
+        }
+        for i in 0..100 {
+            tx.send(i).unwrap();
+            let r = goro::select! {
+                recv(rx) -> v => { assert_eq!(v, Ok(i)); "recv" },
+                send(full_tx, 1) -> _r => { "send" },
+                default => { "default" },
+            };
+            assert_eq!(r, "recv");
+        }
+        // A send arm with room in the buffer is ready too.
+        let r = goro::select! {
+            send(tx, 5) -> res => { res.unwrap(); "send" },
+            default => { "default" },
+        };
+        assert_eq!(r, "send");
+        assert_eq!(rx.recv(), Ok(5));
+    });
+}
+
+/// `select!` is an expression; arms may be plain expressions or blocks, may
+/// `break` out of an enclosing loop, `return` from the enclosing function and
+/// use `?`.
+#[test]
+fn select_expression_break_return() {
+    fn first_big(rx: &goro::Receiver<i32>) -> Option<i32> {
+        loop {
+            goro::select! {
+                recv(rx) -> v => {
+                    let v = v.ok()?;
+                    if v > 10 {
+                        return Some(v);
+                    }
+                },
+            }
+        }
+    }
+    goro::run(|| {
+        let (tx, rx) = chan::<i32>(32);
+        for v in [1, 5, 11, 3] {
+            tx.send(v).unwrap();
+        }
+        assert_eq!(first_big(&rx), Some(11));
+        tx.close();
+        // 3 is still buffered, then the channel reports closed: `?` returns None.
+        assert_eq!(first_big(&rx), None);
+
+        // Expression arms without braces.
+        let (tx, rx) = chan::<i32>(1);
+        tx.send(4).unwrap();
+        let doubled = goro::select! {
+            recv(rx) -> v => v.unwrap() * 2,
+            default => -1,
+        };
+        assert_eq!(doubled, 8);
+
+        // break out of a loop from inside an arm.
+        let (tx, rx) = chan::<i32>(0);
+        let h = goro::spawn(move || {
+            for i in 1..=10 {
+                tx.send(i).unwrap();
+            }
+        });
+        let mut sum = 0;
+        loop {
+            goro::select! {
+                recv(rx) -> v => {
+                    match v {
+                        Ok(x) => sum += x,
+                        Err(RecvError) => break,
+                    }
+                },
+            }
+        }
+        assert_eq!(sum, 55);
+        h.join().unwrap();
+    });
+}
+
+/// A select on closed channels: receive arms are ready with `Err`, send arms
+/// are ready with `Err(SendError(v))` carrying the value.
+#[test]
+fn select_on_closed_channels() {
+    goro::run(|| {
+        let (tx, rx) = chan::<String>(0);
+        tx.close();
+        let r = goro::select! {
+            send(tx, String::from("hello")) -> r => { r },
+        };
+        match r {
+            Err(SendError(s)) => assert_eq!(s, "hello"),
+            Ok(()) => panic!("send on closed channel succeeded"),
+        }
+        let v = goro::select! {
+            recv(rx) -> v => { v },
+        };
+        assert_eq!(v, Err(RecvError));
+        // With default: a closed channel is ready, default is not taken.
+        let took_default = goro::select! {
+            recv(rx) -> _v => { false },
+            default => { true },
+        };
+        assert!(!took_default);
+    });
+}
+
+/// A select blocked in a send arm returns `Err(SendError(v))` when the channel
+/// is closed, and when its last Receiver is dropped.
+#[test]
+fn select_blocked_send_woken_by_close_and_receiver_drop() {
+    goro::run(|| {
+        for by_close in [true, false] {
+            let (tx, rx) = chan::<i32>(0);
+            let (_never_tx, never_rx) = chan::<i32>(0);
+            let tx2 = tx.clone();
+            let h = goro::spawn(move || {
+                goro::select! {
+                    send(tx, 42) -> r => { r },
+                    recv(never_rx) -> _v => { unreachable!() },
+                }
+            });
+            let_others_run();
+            if by_close {
+                tx2.close();
+            } else {
+                drop(rx);
+            }
+            match h.join().unwrap() {
+                Err(SendError(v)) => assert_eq!(v, 42),
+                Ok(()) => panic!("send completed without a receiver (by_close={by_close})"),
+            }
+        }
+    });
+}
+
+/// A select blocked in receive arms wakes with `Err` when one channel closes.
+#[test]
+fn select_blocked_recv_woken_by_close() {
+    goro::run(|| {
+        let (a_tx, a_rx) = chan::<i32>(0);
+        let (_b_tx, b_rx) = chan::<i32>(0);
+        let h = goro::spawn(move || {
+            goro::select! {
+                recv(b_rx) -> v => { ("b", v) },
+                recv(a_rx) -> v => { ("a", v) },
+            }
+        });
+        let_others_run();
+        drop(a_tx); // last sender: closes a
+        assert_eq!(h.join().unwrap(), ("a", Err(RecvError)));
+    });
+}
+
+/// The timeout idiom `recv(goro::time::after(d))`: fires no earlier than d
+/// when nothing else is ready, and loses to a value that arrives.
+#[test]
+fn select_after_timeout_idiom() {
+    goro::run(|| {
+        let (_tx, rx) = chan::<i32>(0);
+        let d = Duration::from_millis(50);
+        let start = Instant::now();
+        let fired = goro::select! {
+            recv(rx) -> _v => { panic!("nothing was sent") },
+            recv(goro::time::after(d)) -> t => { t.unwrap() },
+        };
+        assert!(start.elapsed() >= d, "after({d:?}) fired after {:?}", start.elapsed());
+        assert!(fired >= start + d, "after() sent an Instant before its deadline");
+
+        // A value that is sent wins over a long timeout.
+        let (tx, rx) = chan::<i32>(0);
+        let h = goro::spawn(move || tx.send(3).unwrap());
+        let got = goro::select! {
+            recv(rx) -> v => { v.unwrap() },
+            recv(goro::time::after(Duration::from_secs(30))) -> _t => { panic!("timed out") },
+        };
+        assert_eq!(got, 3);
+        h.join().unwrap();
+
+        // In a loop, a fresh timer each time.
+        let (tx, rx) = chan::<i32>(0);
+        let mut timeouts = 0;
+        for _ in 0..3 {
+            goro::select! {
+                recv(rx) -> _v => { panic!("nothing was sent") },
+                recv(goro::time::after(Duration::from_millis(5))) -> _t => { timeouts += 1 },
+            }
+        }
+        assert_eq!(timeouts, 3);
+        drop(tx);
+    });
+}
+
+/// Many goroutines selecting on the same set of channels from both sides:
+/// every value is delivered exactly once.
+#[test]
+fn select_mpmc_exactly_once() {
+    goro::run(|| {
+        let per = scale(2_000);
+        let (a_tx, a_rx) = chan::<usize>(0);
+        let (b_tx, b_rx) = chan::<usize>(3);
+        let producers: Vec<_> = (0..4usize)
+            .map(|p| {
+                let (a_tx, b_tx) = (a_tx.clone(), b_tx.clone());
+                goro::spawn(move || {
+                    for i in 0..per {
+                        let v = p * per + i;
+                        goro::select! {
+                            send(a_tx, v) -> r => { r.unwrap() },
+                            send(b_tx, v) -> r => { r.unwrap() },
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop((a_tx, b_tx));
+        let consumers: Vec<_> = (0..4)
+            .map(|_| {
+                let (a_rx, b_rx) = (a_rx.clone(), b_rx.clone());
+                goro::spawn(move || {
+                    let mut got = Vec::new();
+                    let (mut a_open, mut b_open) = (true, true);
+                    let (_never_tx, never_rx) = chan::<usize>(0);
+                    while a_open || b_open {
+                        let a = if a_open { a_rx.clone() } else { never_rx.clone() };
+                        let b = if b_open { b_rx.clone() } else { never_rx.clone() };
+                        goro::select! {
+                            recv(a) -> v => { match v { Ok(v) => got.push(v), Err(_) => a_open = false } },
+                            recv(b) -> v => { match v { Ok(v) => got.push(v), Err(_) => b_open = false } },
+                        }
+                    }
+                    got
+                })
+            })
+            .collect();
+        for p in producers {
+            p.join().unwrap();
+        }
+        let mut all: Vec<usize> = consumers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..4 * per).collect::<Vec<_>>());
+    });
+}
+
+/// select! works on a plain OS thread (blocking the thread) against
+/// goroutines on the other side.
+#[test]
+fn select_on_plain_thread() {
+    let (a_tx, a_rx) = chan::<i32>(0);
+    let (b_tx, b_rx) = chan::<i32>(0);
+    let h = goro::spawn(move || {
+        for i in 0..100 {
+            if i % 2 == 0 {
+                a_tx.send(i).unwrap();
+            } else {
+                b_tx.send(i).unwrap();
+            }
+        }
+    });
+    let t = std::thread::spawn(move || {
+        let mut sum = 0;
+        let (mut a_open, mut b_open) = (true, true);
+        let (_never_tx, never_rx) = chan::<i32>(0);
+        while a_open || b_open {
+            let a = if a_open { a_rx.clone() } else { never_rx.clone() };
+            let b = if b_open { b_rx.clone() } else { never_rx.clone() };
+            goro::select! {
+                recv(a) -> v => { match v { Ok(v) => sum += v, Err(_) => a_open = false } },
+                recv(b) -> v => { match v { Ok(v) => sum += v, Err(_) => b_open = false } },
+            }
+        }
+        sum
+    });
+    assert_eq!(t.join().unwrap(), (0..100).sum::<i32>());
+    h.join().unwrap();
+}

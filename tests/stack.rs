@@ -1,0 +1,296 @@
+//! Goroutine stack tests: overflow of the guard page is reported as
+//! `goroutine <id> has overflowed its stack (reserved <N> KiB)` and aborts
+//! (checked in a child process: this test binary re-executes itself with
+//! GORO_STACK_CHILD set); deep but legal recursion works on 256 KiB, default
+//! and 1 MiB stacks; concurrent deep stacks do not overlap; a panic unwinds
+//! through a deep goroutine stack.
+//!
+//! Under qemu (GORO_QEMU=1 on aarch64) the child is started through
+//! `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
+
+use std::hint::black_box;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+use goro::chan;
+
+const CHILD_ENV: &str = "GORO_STACK_CHILD";
+const KIB: usize = 1024;
+
+fn qemu() -> bool {
+    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+}
+
+/// Address of a local of the caller's frame: the stack position.
+#[inline(always)]
+fn stack_pos() -> usize {
+    let marker = 0u8;
+    black_box(&marker) as *const u8 as usize
+}
+
+/// Recurse until at least `target` bytes of stack below `top` are in use;
+/// every frame holds 512 bytes filled with `tag` and verifies them on the
+/// way back up (after the deeper frames ran, and after `at_bottom`).
+/// Returns the number of frames.
+#[inline(never)]
+fn use_stack(top: usize, target: usize, tag: u8, at_bottom: &dyn Fn()) -> usize {
+    let buf = [tag; 512];
+    let here = black_box(&buf) as *const _ as usize;
+    let frames = if top.saturating_sub(here) >= target {
+        at_bottom();
+        1
+    } else {
+        use_stack(top, target, tag, at_bottom) + 1
+    };
+    // Keeps `buf` alive across the call (no tail call) and checks it.
+    let buf = black_box(&buf);
+    assert!(buf.iter().all(|&b| b == tag), "stack frame clobbered (tag {tag})");
+    frames
+}
+
+/// Infinite recursion (bounded only by the stack).
+#[inline(never)]
+fn recurse_forever(n: u64) -> u64 {
+    let buf = [n as u8; 256];
+    let buf = black_box(buf);
+    if n == u64::MAX {
+        return 0;
+    }
+    recurse_forever(n + 1).wrapping_add(black_box(&buf)[(n % 256) as usize] as u64)
+}
+
+// ---------------------------------------------------------------------------
+// Child process side.
+
+/// Not a real test: does nothing unless this binary was re-executed by one of
+/// the overflow tests below with GORO_STACK_CHILD set.
+#[test]
+fn overflow_child() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match mode.as_str() {
+        // A spawned goroutine with a 256 KiB stack recurses forever.
+        "spawned" => {
+            goro::run(|| {
+                let h = goro::Builder::new()
+                    .name(String::from("overflower"))
+                    .stack_size(256 * KIB)
+                    .spawn(|| {
+                        eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                        recurse_forever(0)
+                    })
+                    .unwrap();
+                let _ = h.join();
+            });
+        }
+        // The goroutine that goro::run starts (default stack) recurses forever.
+        "run" => {
+            goro::run(|| {
+                eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                recurse_forever(0)
+            });
+        }
+        other => panic!("unknown {CHILD_ENV} mode {other}"),
+    }
+    eprintln!("CHILD SURVIVED");
+}
+
+// ---------------------------------------------------------------------------
+// Parent side.
+
+fn run_child(mode: &str) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
+        let mut c = Command::new("qemu-aarch64");
+        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+        c
+    } else {
+        Command::new(&exe)
+    };
+    cmd.args(["overflow_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, mode)
+        .env_remove("RUST_BACKTRACE");
+    cmd.output().expect("re-executing the test binary")
+}
+
+/// Parse `goroutine <id> has overflowed its stack (reserved <N> KiB)`.
+fn parse_overflow(stderr: &str) -> Option<(u64, usize)> {
+    for line in stderr.lines() {
+        let Some(pos) = line.find("goroutine ") else { continue };
+        let rest = &line[pos + "goroutine ".len()..];
+        let Some((id, rest)) = rest.split_once(" has overflowed its stack (reserved ") else {
+            continue;
+        };
+        let Some((kib, _)) = rest.split_once(" KiB)") else { continue };
+        return Some((id.trim().parse().ok()?, kib.trim().parse().ok()?));
+    }
+    None
+}
+
+fn child_goroutine_id(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("CHILD GOROUTINE ID "))
+        .and_then(|id| id.trim().parse().ok())
+        .unwrap_or_else(|| panic!("child did not print its goroutine id; stderr:\n{stderr}"))
+}
+
+fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
+    let out = run_child(mode);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = child_goroutine_id(&stderr);
+    assert!(!stderr.contains("CHILD SURVIVED"), "stack overflow went unnoticed; stderr:\n{stderr}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "child must abort (SIGABRT), not {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    let (got_id, kib) = parse_overflow(&stderr).unwrap_or_else(|| {
+        panic!("no 'goroutine <id> has overflowed its stack (reserved <N> KiB)' line; stderr:\n{stderr}")
+    });
+    assert_eq!(got_id, id, "overflow reported for the wrong goroutine; stderr:\n{stderr}");
+    assert!(
+        (min_kib..=max_kib).contains(&kib),
+        "reserved {kib} KiB, expected {min_kib}..={max_kib}; stderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("fatal runtime error: stack overflow"),
+        "std's handler, not goro's, caught the overflow; stderr:\n{stderr}"
+    );
+}
+
+/// Infinite recursion in a spawned goroutine with a 256 KiB stack: the
+/// process prints the goroutine's id and reservation and aborts.
+#[test]
+fn overflow_in_spawned_goroutine_aborts_with_message() {
+    check_overflow_child("spawned", 256, 256 + 16);
+}
+
+/// Infinite recursion in the goroutine of goro::run (default stack, at least
+/// 256 KiB per the contract).
+#[test]
+fn overflow_in_run_goroutine_aborts_with_message() {
+    check_overflow_child("run", 256, 1 << 30);
+}
+
+// ---------------------------------------------------------------------------
+// Legal deep recursion.
+
+/// 100 KiB of frames on a 256 KiB stack.
+#[test]
+fn deep_recursion_on_256k_stack() {
+    goro::run(|| {
+        let h = goro::Builder::new()
+            .stack_size(256 * KIB)
+            .spawn(|| {
+                let top = stack_pos();
+                use_stack(top, 100 * KIB, 0x5a, &|| {})
+            })
+            .unwrap();
+        assert!(h.join().unwrap() > 10);
+    });
+}
+
+/// 100 KiB of frames on the default stack (at least 256 KiB), in a go!
+/// goroutine and in the run goroutine itself.
+#[test]
+fn deep_recursion_on_default_stack() {
+    goro::run(|| {
+        let h = goro::go!(|| {
+            let top = stack_pos();
+            use_stack(top, 100 * KIB, 0x33, &|| {})
+        });
+        assert!(h.join().unwrap() > 10);
+        let top = stack_pos();
+        assert!(use_stack(top, 100 * KIB, 0x44, &|| {}) > 10);
+    });
+}
+
+/// A Builder::stack_size(1 MiB) goroutine can use 800 KiB, then a fresh
+/// goroutine (possibly reusing that stack) does it again.
+#[test]
+fn deep_recursion_on_1m_stack() {
+    goro::run(|| {
+        for tag in [1u8, 2] {
+            let h = goro::Builder::new()
+                .stack_size(1024 * KIB)
+                .spawn(move || {
+                    let top = stack_pos();
+                    use_stack(top, 800 * KIB, tag, &|| {})
+                })
+                .unwrap();
+            assert!(h.join().unwrap() > 100);
+        }
+    });
+}
+
+/// 64 goroutines each hold 96 KiB of frames filled with their own tag and
+/// park at the bottom at the same time; after all are released every frame
+/// still holds its tag (stacks are disjoint, context switches preserve them).
+#[test]
+fn concurrent_deep_stacks_do_not_overlap() {
+    goro::run(|| {
+        const N: usize = 64;
+        let (release_tx, release_rx) = chan::<()>(0);
+        let (parked_tx, parked_rx) = chan::<()>(N);
+        let hs: Vec<_> = (0..N)
+            .map(|i| {
+                let (release_rx, parked_tx) = (release_rx.clone(), parked_tx.clone());
+                goro::spawn(move || {
+                    let top = stack_pos();
+                    let at_bottom = || {
+                        parked_tx.send(()).unwrap();
+                        assert!(release_rx.recv().is_err());
+                    };
+                    use_stack(top, 96 * KIB, i as u8 + 1, &at_bottom)
+                })
+            })
+            .collect();
+        for _ in 0..N {
+            parked_rx.recv().unwrap();
+        }
+        release_tx.close();
+        for h in hs {
+            assert!(h.join().unwrap() > 10);
+        }
+    });
+}
+
+struct CountDrop(Arc<AtomicUsize>);
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+#[inline(never)]
+fn deep_then_panic(depth: usize, drops: &Arc<AtomicUsize>) -> usize {
+    let _guard = CountDrop(drops.clone());
+    let buf = black_box([depth as u8; 256]);
+    if depth == 0 {
+        panic!("bottom reached");
+    }
+    deep_then_panic(depth - 1, drops) + black_box(&buf)[0] as usize
+}
+
+/// A panic at the bottom of 500 frames unwinds through the goroutine's
+/// stack (running every frame's destructor) and join returns the payload.
+#[test]
+fn panic_unwinds_through_deep_goroutine_stack() {
+    goro::run(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let d = drops.clone();
+        let h = goro::Builder::new()
+            .stack_size(1024 * KIB)
+            .spawn(move || deep_then_panic(500, &d))
+            .unwrap();
+        let err = h.join().unwrap_err();
+        assert_eq!(err.downcast_ref::<&str>().copied(), Some("bottom reached"));
+        assert_eq!(drops.load(SeqCst), 501);
+    });
+}
