@@ -56,7 +56,7 @@ goro_switch:
     .cfi_endproc
     .size goro_switch, .-goro_switch
 
-// fn goro_gogo(sp: usize /* x0 */) -> !
+// fn goro_gogo(sp: usize /* x0 */, live_fp: u64 /* x1, unused: reading fpcr is cheap */) -> !
     .globl goro_gogo
     .type goro_gogo,%function
     .p2align 4
@@ -75,8 +75,12 @@ goro_restore:
     .cfi_def_cfa sp, 176
     .cfi_offset x29, -96
     .cfi_offset x30, -88
-    ldr x9, [sp, #160]
-    msr fpcr, x9                    // FP control register
+    ldr x9, [sp, #160]              // saved fpcr
+    mrs x10, fpcr                   // live fpcr (cheap to read)
+    cmp x9, x10
+    b.eq 1f                         // writing fpcr is slow: only on a change
+    msr fpcr, x9
+1:
     ldp d8, d9, [sp, #96]
     ldp d10, d11, [sp, #112]
     ldp d12, d13, [sp, #128]
@@ -94,7 +98,8 @@ goro_restore:
     .size goro_restore, .-goro_restore
 
 // fn goro_mcall(save_sp: *mut usize /* x0 */, g0_sp: usize /* x1 */,
-//               f: extern "C" fn(*mut u8) -> ! /* x2 */, arg: *mut u8 /* x3 */)
+//               f: extern "C" fn(*mut u8) -> ! /* x2 */, arg: *mut u8 /* x3 */,
+//               live_fp: *mut u64 /* x4, unused on aarch64 */)
     .globl goro_mcall
     .type goro_mcall,%function
     .p2align 4

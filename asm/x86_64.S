@@ -34,7 +34,7 @@
 // clear at every call by ABI).
 
     .text
-    .intel_syntax noprefix
+    // Intel syntax (global_asm!'s default on x86_64).
 
 // fn goro_switch(save_sp: *mut usize /* rdi */, new_sp: usize /* rsi */)
 // Saves the current context into *save_sp and resumes the one at new_sp.
@@ -66,20 +66,31 @@ goro_switch:
     .cfi_adjust_cfa_offset 8
     stmxcsr [rsp]                   // MXCSR (rounding mode, FTZ/DAZ, masks)
     fnstcw [rsp + 4]                // x87 control word
+    // rdx = live FP control state for goro_restore. Reload each store with
+    // a load of the same width: an 8-byte load spanning both stores would
+    // miss store-to-load forwarding and stall.
+    mov edx, [rsp]                  // MXCSR
+    movzx eax, word ptr [rsp + 4]   // x87 CW
+    shl rax, 32
+    or rdx, rax
     mov [rdi], rsp                  // *save_sp = sp: this context is now suspended
     mov rsp, rsi                    // adopt the target's stack
     jmp goro_restore                // pop the target's frame and return into it
     .cfi_endproc
     .size goro_switch, .-goro_switch
 
-// fn goro_gogo(sp: usize /* rdi */) -> !
+// fn goro_gogo(sp: usize /* rdi */, live_fp: u64 /* rsi */) -> !
 // Go's gogo: resume the suspended context at sp. The current context is
 // abandoned (used on g0, whose frames are discarded at every mcall).
+// live_fp is the FP control state this thread runs with now (MXCSR in the
+// low 32 bits, x87 CW in bits 32..48), as the last goro_mcall on this M
+// published it: g0 never changes it.
     .globl goro_gogo
     .type goro_gogo,@function
     .p2align 4
 goro_gogo:
     .cfi_startproc
+    mov rdx, rsi                    // live FP control state
     mov rsp, rdi                    // adopt the target's stack
     jmp goro_restore
     .cfi_endproc
@@ -97,8 +108,14 @@ goro_restore:
     .cfi_offset r13, -40
     .cfi_offset r14, -48
     .cfi_offset r15, -56
-    ldmxcsr [rsp]                   // MXCSR
-    fldcw [rsp + 4]                 // x87 control word
+    // In: rdx = live FP control state (MXCSR | x87 CW << 32). The saved
+    // state almost never differs from the live one, and ldmxcsr/fldcw are
+    // slow (they serialise the FP pipeline), so load only on a difference.
+    mov rax, [rsp]                  // saved FP control state (+ 2 pad bytes)
+    xor rax, rdx                    // difference with the live state
+    shl rax, 16                     // drop the pad bytes (bits 48..64)
+    jnz 3f                          // differs: load both
+2:
     add rsp, 8
     .cfi_def_cfa rsp, 56
     pop r15
@@ -113,15 +130,27 @@ goro_restore:
     .cfi_def_cfa rsp, 16
     pop rbp
     .cfi_def_cfa rsp, 8
-    ret                             // into the resumed context
+    pop rcx                         // resume address (rcx is caller-saved)
+    .cfi_def_cfa rsp, 0
+    .cfi_register rip, rcx
+    jmp rcx                         // into the resumed context: an indirect
+                                    // jump, predicted by target history,
+                                    // where a `ret` would always miss the
+                                    // return stack buffer after a stack swap
+3:
+    ldmxcsr [rsp]                   // restore MXCSR
+    fldcw [rsp + 4]                 // restore the x87 control word
+    jmp 2b
     .cfi_endproc
     .size goro_restore, .-goro_restore
 
 // fn goro_mcall(save_sp: *mut usize /* rdi */, g0_sp: usize /* rsi */,
-//               f: extern "C" fn(*mut u8) -> ! /* rdx */, arg: *mut u8 /* rcx */)
+//               f: extern "C" fn(*mut u8) -> ! /* rdx */, arg: *mut u8 /* rcx */,
+//               live_fp: *mut u64 /* r8 */)
 // Go's mcall: save the current goroutine's context into *save_sp, switch to
 // the M's g0 stack at g0_sp (its fixed base: earlier g0 frames are dead) and
-// call f(arg) there. f must never return; the goroutine resumes later when
+// call f(arg) there, after publishing the live FP control state to
+// *live_fp for the next gogo. f must never return; the goroutine resumes later when
 // the scheduler gogo's its saved sp, which returns from goro_mcall.
     .globl goro_mcall
     .type goro_mcall,@function
@@ -150,6 +179,11 @@ goro_mcall:
     .cfi_adjust_cfa_offset 8
     stmxcsr [rsp]
     fnstcw [rsp + 4]
+    mov r9d, [rsp]                  // MXCSR (same-width reloads: see goro_switch)
+    movzx eax, word ptr [rsp + 4]   // x87 CW
+    shl rax, 32
+    or rax, r9
+    mov [r8], rax                   // *live_fp = this thread's FP control state
     mov [rdi], rsp                  // *save_sp = sp: the goroutine is suspended
     mov rsp, rsi                    // onto g0's stack (16-byte aligned base)
     .cfi_undefined rip              // g0 frames below do not unwind into the G
@@ -176,4 +210,3 @@ goro_gostart:
     .cfi_endproc
     .size goro_gostart, .-goro_gostart
 
-    .att_syntax prefix

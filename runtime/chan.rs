@@ -304,7 +304,7 @@ impl Hchan {
             return r;
         }
         let mut parker = Parker::new();
-        let mut sg = Sudog::new_current(&mut parker, ep as *mut u8, self);
+        let mut sg = Sudog::new_current(&mut parker, ep as *mut u8);
         // SAFETY: lock held; sg lives on this stack until we are woken and
         // no longer queued (the waker dequeues it before readying us).
         unsafe { self.st().sendq.enqueue(&mut sg) };
@@ -348,7 +348,7 @@ impl Hchan {
             return r;
         }
         let mut parker = Parker::new();
-        let mut sg = Sudog::new_current(&mut parker, ep, self);
+        let mut sg = Sudog::new_current(&mut parker, ep);
         // SAFETY: as in send.
         unsafe { self.st().recvq.enqueue(&mut sg) };
         // SAFETY: as in send.
@@ -620,7 +620,7 @@ impl<T> Sender<T> {
     /// Errors: `Err(SendError(v))` if the channel is closed (by `close`, or
     /// because every Receiver was dropped), including while blocked.
     pub fn send(&self, v: T) -> Result<(), SendError<T>> {
-        let mut slot = MaybeUninit::new(v);
+        let slot = MaybeUninit::new(v);
         // SAFETY: slot holds an initialised T, moved-out iff Done.
         match unsafe { self.c.send(slot.as_ptr().cast(), true) } {
             Try::Done => Ok(()),

@@ -45,9 +45,6 @@ impl GStatus {
     }
 }
 
-/// Type-erased goroutine entry, stored at the top of its stack by newproc.
-pub(crate) type GoEntry = crate::arch::EntryFn;
-
 /// A goroutine. Allocated once, never freed (as in Go): dead Gs are reused
 /// through the free lists, so raw `*mut G` handles stay valid forever.
 ///
@@ -79,8 +76,9 @@ pub(crate) struct G {
     pub(crate) preempt: AtomicBool,
     /// Name from Builder::name, for diagnostics.
     pub(crate) name: Cell<Option<&'static str>>,
-    /// Goroutine-local storage slots (reset when the G exits).
-    pub(crate) locals: Cell<*mut u8>,
+    /// Whether the (free) stack's cold pages were returned to the OS since
+    /// it last ran (scavenge_gfree); cleared when the G is reused.
+    pub(crate) stack_released: Cell<bool>,
 }
 
 // SAFETY: Gs are handed between threads only through the run queues, wait
@@ -104,7 +102,7 @@ impl G {
             selgen: AtomicU64::new(0),
             preempt: AtomicBool::new(false),
             name: Cell::new(None),
-            locals: Cell::new(ptr::null_mut()),
+            stack_released: Cell::new(false),
         }))
     }
 
@@ -134,16 +132,6 @@ impl G {
                 self.status()
             ));
         }
-    }
-
-    /// Like `cas_status` but reports failure instead of throwing (for
-    /// transitions that may legitimately race).
-    #[inline]
-    pub(crate) fn try_cas_status(&self, from: GStatus, to: GStatus) -> bool {
-        // AcqRel: as in cas_status.
-        self.status
-            .compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
     }
 
     /// Pointer to the saved context.

@@ -73,7 +73,8 @@ impl Note {
 ///
 /// Fields are owned by the M's own thread unless they say otherwise.
 pub(crate) struct M {
-    /// M id (Go's m.id), 0-based in creation order.
+    /// M id (Go's m.id), 0-based in creation order; seeds fastrand.
+    #[allow(dead_code)] // for scheddetail output
     pub(crate) id: i64,
     /// Base of this M's g0 stack: mcall switches here, discarding earlier
     /// g0 frames. 16-byte aligned. Set once in mstart.
@@ -104,6 +105,10 @@ pub(crate) struct M {
     /// Runtime locks held / critical sections (Go's m.locks); >0 forbids
     /// preemption.
     pub(crate) locks: Cell<i32>,
+    /// The thread's live FP control state as of the last mcall (x86_64:
+    /// MXCSR | x87 CW << 32), handed to gogo so it reloads them only when a
+    /// goroutine's saved state differs. g0 code never changes it.
+    pub(crate) live_fp: Cell<u64>,
     /// Alternate signal stack (base, size), for the guard-page fault handler.
     pub(crate) gsignal: Cell<(usize, usize)>,
 }
@@ -132,6 +137,7 @@ impl M {
             waitunlockf: Cell::new(None),
             waitlock: Cell::new(ptr::null_mut()),
             locks: Cell::new(0),
+            live_fp: Cell::new(0),
             gsignal: Cell::new((0, 0)),
         }))
     }

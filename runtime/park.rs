@@ -23,7 +23,7 @@ fn mcall(f: arch::McallFn) {
     unsafe {
         let m = &*getm();
         let gp = m.curg.get();
-        arch::mcall((*gp).gobuf(), m.g0_sp.get(), f, gp.cast());
+        arch::mcall((*gp).gobuf(), m.g0_sp.get(), f, gp.cast(), m.live_fp.as_ptr());
     }
 }
 
@@ -211,7 +211,7 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
             m.curg.set(gp);
             g.m.set(m as *const M as *mut M);
             // SAFETY: gp's context was saved by mcall; we own it.
-            unsafe { arch::gogo((*g.gobuf()).sp) }
+            unsafe { arch::gogo((*g.gobuf()).sp, m.live_fp.get()) }
         }
         None => {
             sched::globrunqput_and_wake(gp);

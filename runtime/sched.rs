@@ -41,7 +41,7 @@ use crate::g::{GStatus, G};
 use crate::m::{getm, setm, Note, M, MAX_M};
 use crate::p::{PStatus, GFREE_BATCH, GFREE_MAX, GOID_BATCH, P};
 use crate::runq::LOCAL_CAP;
-use crate::stack::{self, Stack};
+use crate::stack;
 use crate::{arch, netpoll, os};
 use core::ptr;
 use core::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -320,7 +320,8 @@ pub(crate) fn next_goid(pp: Option<&P>) -> u64 {
 }
 
 /// Go's gfput: put a dead G on `pp`'s free list; spill half to the global
-/// list when the P holds GFREE_MAX, releasing those stacks' cold pages.
+/// list when the P holds GFREE_MAX. (Cold stack pages are returned to the
+/// OS later, off the hot path, by `scavenge_gfree`.)
 pub(crate) fn gfput(pp: &P, gp: *mut G) {
     // SAFETY: gp is dead and owned by the caller.
     let g = unsafe { &*gp };
@@ -342,9 +343,6 @@ pub(crate) fn gfput(pp: &P, gp: *mut G) {
             let g1r = unsafe { &*g1 };
             pp.gfree.set(g1r.schedlink.get());
             pp.gfree_n.set(pp.gfree_n.get() - 1);
-            if let Some(s) = g1r.stack.get() {
-                s.release_cold();
-            }
             g1r.schedlink.set(batch);
             batch = g1;
             n += 1;
@@ -405,12 +403,6 @@ pub(crate) fn gfget_global() -> *mut G {
         NGFREE.store(s.ngfree, Ordering::Relaxed);
     }
     gp
-}
-
-/// Allocates a stack or throws the OS error (exhaustion is reported, not a
-/// SIGSEGV). Used where the caller cannot return an error.
-pub(crate) fn stackalloc_or_err(size: usize) -> std::io::Result<Stack> {
-    stack::alloc(size)
 }
 
 // ---------------------------------------------------------------------------
@@ -515,6 +507,7 @@ fn mstart(mp: *mut M) -> ! {
     let m = unsafe { &*mp };
     m.procid.store(os::gettid(), Ordering::Relaxed);
     crate::signal::minit(m);
+    m.live_fp.set(arch::fp_state());
     // g0's base: below this frame, with room for mstart's own locals.
     let marker = 0u8;
     let sp = ((&marker as *const u8 as usize) - 512) & !15;
@@ -650,7 +643,7 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     }
     // SAFETY: gp's context was saved by mcall or built by newproc; the
     // status CAS above gave us exclusive ownership; g0's frames are dead.
-    unsafe { arch::gogo((*g.gobuf()).sp) }
+    unsafe { arch::gogo((*g.gobuf()).sp, m.live_fp.get()) }
 }
 
 /// Go's findRunnable: block until there is a G to run; returns it with the
@@ -943,7 +936,19 @@ pub(crate) fn set_max_procs(n: usize) -> usize {
         return old;
     }
     let n = n.min(MAX_PROCS);
-    let _stw = SCHED.stw.lock();
+    // Go's worldsema: one stop-the-world at a time. A goroutine must not
+    // block its M (holding a P) here, or a concurrent STW waits on that P
+    // forever: it yields instead, letting its P stop.
+    let _stw = loop {
+        if let Some(g) = SCHED.stw.try_lock() {
+            break g;
+        }
+        if crate::park::in_goroutine() {
+            crate::park::gosched();
+        } else {
+            os::usleep(20);
+        }
+    };
     let mp = getm();
     // SAFETY: mp is this thread's M, if any.
     let m = unsafe { mp.as_ref() };
@@ -1060,6 +1065,7 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
             s.gfree = gp;
             s.ngfree += 1;
         }
+        NGFREE.store(s.ngfree, Ordering::Relaxed);
         p.gfree_n.set(0);
         p.set_status(PStatus::Dead);
     }
@@ -1149,4 +1155,41 @@ pub(crate) fn pidleget_locked() -> Option<*mut P> {
 /// stopm for other modules (exitsyscall0). g0, no P.
 pub(crate) fn stopm_pub(m: &M) {
     stopm(m);
+}
+
+/// Returns the cold pages of stacks on the global free list to the OS
+/// (`MADV_DONTNEED` below the hot top), once per stack until it is reused.
+/// Called by sysmon, without a P; the list is detached while it works so
+/// sched.lock is not held across system calls.
+pub(crate) fn scavenge_gfree() {
+    let (mut list, n) = {
+        let mut s = SCHED.lock.lock();
+        let l = core::mem::replace(&mut s.gfree, ptr::null_mut());
+        let n = core::mem::replace(&mut s.ngfree, 0);
+        NGFREE.store(0, Ordering::Relaxed);
+        (l, n)
+    };
+    if list.is_null() {
+        return;
+    }
+    let head = list;
+    let mut tail = list;
+    while !list.is_null() {
+        // SAFETY: the detached list is ours alone.
+        let g = unsafe { &*list };
+        if !g.stack_released.get() {
+            if let Some(st) = g.stack.get() {
+                st.release_cold();
+            }
+            g.stack_released.set(true);
+        }
+        tail = list;
+        list = g.schedlink.get();
+    }
+    let mut s = SCHED.lock.lock();
+    // SAFETY: tail is the last G of our detached list.
+    unsafe { (*tail).schedlink.set(s.gfree) };
+    s.gfree = head;
+    s.ngfree += n;
+    NGFREE.store(s.ngfree, Ordering::Relaxed);
 }

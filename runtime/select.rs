@@ -209,16 +209,29 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
         g.param.store(0, Ordering::Relaxed);
         (&g.selgen, seq)
     };
-    let mut sudogs: Vec<Sudog> = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut sg = Sudog::new_current(&mut parker, cases[i].elem, cases[i].chan());
+    // One sudog per case, on this stack (no allocation up to 8 cases).
+    let mut new_sudog = |i: usize| {
+        let mut sg = Sudog::new_current(&mut parker, cases[i].elem);
         sg.sel = gen;
         sg.seq = seq;
-        sudogs.push(sg);
-    }
+        sg
+    };
+    let mut sudog_arr: [MaybeUninit<Sudog>; 8] = [const { MaybeUninit::uninit() }; 8];
+    let mut sudog_vec: Vec<Sudog>;
+    let sudogs: &mut [Sudog] = if n <= sudog_arr.len() {
+        for (i, slot) in sudog_arr.iter_mut().take(n).enumerate() {
+            slot.write(new_sudog(i));
+        }
+        // SAFETY: the first n entries were initialised just above; Sudog
+        // has no destructor, so never dropping them is fine.
+        unsafe { core::slice::from_raw_parts_mut(sudog_arr.as_mut_ptr().cast::<Sudog>(), n) }
+    } else {
+        sudog_vec = (0..n).map(new_sudog).collect();
+        &mut sudog_vec
+    };
     for &i in lockorder.iter() {
         let sg: *mut Sudog = &mut sudogs[i];
-        // SAFETY: channel locked; sudogs never reallocates (capacity n).
+        // SAFETY: channel locked; the sudogs stay in place until pass 3.
         unsafe { cases[i].chan().enqueue(sg, cases[i].is_send) };
     }
     let param = if !gp.is_null() {

@@ -26,7 +26,7 @@ pub(crate) fn init() {
     for (sig, old) in [(libc::SIGSEGV, &OLD_SEGV), (libc::SIGBUS, &OLD_BUS)] {
         // SAFETY: zeroed sigaction is a valid "no handler" value; we fill it.
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-        sa.sa_sigaction = fault_handler as usize;
+        sa.sa_sigaction = fault_handler as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         // SAFETY: valid pointer to a sigset in sa.
         unsafe { libc::sigemptyset(&mut sa.sa_mask) };

@@ -63,11 +63,6 @@ impl Stack {
         self.hi - self.lo
     }
 
-    /// The guard page range `[lo - page, lo)`.
-    pub(crate) fn guard(&self) -> (usize, usize) {
-        (self.lo - os::page_size(), self.lo)
-    }
-
     /// Returns pages below the hot top to the OS (`MADV_DONTNEED`): they read
     /// as zero again and stop counting as resident. The guard stays installed
     /// (guard markers survive MADV_DONTNEED).

@@ -24,8 +24,6 @@ pub(crate) struct Sudog {
     pub(crate) seq: u64,
     /// Element slot on the waiter's stack (value to send / storage to receive).
     pub(crate) elem: *mut u8,
-    /// The channel (for select's pass 3).
-    pub(crate) c: *const Hchan,
     /// Whether the operation completed (false: woken by close).
     pub(crate) success: bool,
     next: *mut Sudog,
@@ -35,14 +33,13 @@ pub(crate) struct Sudog {
 
 impl Sudog {
     /// A sudog for the caller: its G if on a goroutine, else `parker`.
-    pub(crate) fn new_current(parker: &mut Parker, elem: *mut u8, c: &Hchan) -> Sudog {
+    pub(crate) fn new_current(parker: &mut Parker, elem: *mut u8) -> Sudog {
         Sudog {
             g: crate::m::getg(),
             parker,
             sel: ptr::null(),
             seq: 0,
             elem,
-            c,
             success: false,
             next: ptr::null_mut(),
             prev: ptr::null_mut(),

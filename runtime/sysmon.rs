@@ -3,13 +3,17 @@
 //! It sleeps 20 µs, doubling after 1 ms of idle cycles up to 10 ms, and on
 //! each tick: asks a G that has run on one P for more than 10 ms to yield
 //! (cooperative preemption flag, checked at runtime entries), prints
-//! `GODEBUG=schedtrace` lines, and polls timers if no M has for 10 ms.
+//! `GODEBUG=schedtrace` lines, and every 500 ms returns the cold pages of
+//! free goroutine stacks to the OS (a small stand-in for Go's scavenger).
 
 use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Go's forcePreemptNS: a G running this long on one P is asked to yield.
 pub(crate) const FORCE_PREEMPT_NS: i64 = 10_000_000;
+
+/// How often free goroutine stacks give their cold pages back (ns).
+const SCAVENGE_PERIOD_NS: i64 = 500_000_000;
 
 /// Preemption requests honoured (statistics; only grows).
 pub(crate) static PREEMPTIONS: AtomicU64 = AtomicU64::new(0);
@@ -41,6 +45,7 @@ fn sysmon() {
     let mut idle = 0u32;
     let mut delay = 20u64;
     let mut last_trace = start;
+    let mut last_scavenge = start;
     loop {
         if idle == 0 {
             delay = 20;
@@ -53,6 +58,10 @@ fn sysmon() {
             idle = 0;
         } else {
             idle += 1;
+        }
+        if now - last_scavenge >= SCAVENGE_PERIOD_NS {
+            last_scavenge = now;
+            sched::scavenge_gfree();
         }
         let trace = SCHEDTRACE_MS.load(Ordering::Relaxed) as i64;
         if trace > 0 && now - last_trace >= trace * 1_000_000 {

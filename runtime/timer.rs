@@ -65,10 +65,6 @@ impl Timers {
         self.timer0_when.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.heap.lock().t.len()
-    }
-
     /// Adds a timer; returns true if it is now the earliest.
     pub(crate) fn add(&self, when: i64, action: Action) -> bool {
         let mut h = self.heap.lock();

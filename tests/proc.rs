@@ -70,6 +70,55 @@ impl Drop for Procs {
     }
 }
 
+const CHILD_ENV: &str = "GORO_PROC_CHILD";
+
+/// Runs `body` in a child process (this test binary re-executed with
+/// `--exact name`) and fails if the child fails or has not finished after a
+/// generous limit. For tests that hang forever on a runtime without
+/// asynchronous preemption: the hang fails this one test instead of the
+/// whole binary. The limit is a hang detector, not a speed assertion.
+fn isolated(name: &str, body: impl FnOnce()) {
+    if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
+        let _s = serial();
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1", "--include-ignored"])
+        .env(CHILD_ENV, name)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("re-executing the test binary");
+    let limit = Duration::from_secs(if qemu() { 300 } else { 30 });
+    let start = Instant::now();
+    let hung = loop {
+        if child.try_wait().unwrap().is_some() {
+            break false;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break true;
+        }
+        // Polling a child process from the plain test thread.
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "--- child stdout:\n{}--- child stderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!hung, "{name} hung for {limit:?} (goroutines not preempted?)\n{text}");
+    assert!(out.status.success(), "{name} failed in the child: {:?}\n{text}", out.status);
+}
+
 /// Spawn `p` goroutines that pass a token around in strict round-robin order
 /// by busy-waiting on an atomic (no runtime calls): it only completes if all
 /// `p` run at the same time. Nested: spawn through p/2 intermediate
@@ -227,6 +276,7 @@ fn yield_alternates_on_one_p() {
         }
         assert_eq!(turn.load(SeqCst), 2 * rounds);
         let y = yields.load(SeqCst);
+        println!("{y} yields for {} turns", 2 * rounds);
         assert!(
             y <= 20 * 2 * rounds,
             "{y} yields for {} turns: yield_now does not switch to the other runnable goroutine",
@@ -285,6 +335,7 @@ fn ping_pong_hog() {
             h.join().unwrap();
         }
         let (hog, light) = (hog_count.load(SeqCst), light_count.load(SeqCst));
+        println!("hogCount={hog} lightCount={light}");
         const FACTOR: u64 = 20;
         assert!(
             hog / FACTOR <= light && light / FACTOR <= hog,
@@ -551,8 +602,7 @@ fn resize_while_running() {
 /// of them keep making progress at every size.
 #[test]
 fn resize_with_cpu_bound_goroutines() {
-    let _s = serial();
-    goro::run(|| {
+    isolated("resize_with_cpu_bound_goroutines", || goro::run(|| {
         let _p = procs(4);
         let stop = Arc::new(AtomicBool::new(false));
         let progress: Arc<Vec<AtomicU64>> = Arc::new((0..6).map(|_| AtomicU64::new(0)).collect());
@@ -585,7 +635,50 @@ fn resize_with_cpu_bound_goroutines() {
         for h in hs {
             h.join().unwrap();
         }
-    });
+    }));
+}
+
+/// TestAsyncPreempt: with GOMAXPROCS = 1, goroutines in loops without any
+/// runtime call (one touching memory, one empty) must still be preempted:
+/// the main goroutine gets the P back after yielding, and a stop-the-world
+/// (set_max_procs) completes.
+#[test]
+fn async_preempt_tight_loops() {
+    isolated("async_preempt_tight_loops", || goro::run(|| {
+        let _p = procs(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::new(AtomicU64::new(0));
+        let h1 = {
+            let (stop, ready, counter) = (stop.clone(), ready.clone(), counter.clone());
+            goro::spawn(move || {
+                ready.fetch_add(1, SeqCst);
+                while !stop.load(Relaxed) {
+                    counter.fetch_add(1, Relaxed);
+                }
+            })
+        };
+        let h2 = {
+            let (stop, ready) = (stop.clone(), ready.clone());
+            goro::spawn(move || {
+                ready.fetch_add(1, SeqCst);
+                while !stop.load(Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        // Both spinners get to run, and then this goroutine gets the P back.
+        while ready.load(SeqCst) < 2 {
+            goro::yield_now();
+        }
+        // Stop the world with both spinning.
+        assert_eq!(goro::set_max_procs(2), 1);
+        assert_eq!(goro::set_max_procs(1), 2);
+        stop.store(true, SeqCst);
+        h1.join().unwrap();
+        h2.join().unwrap();
+        assert!(counter.load(SeqCst) > 0);
+    }));
 }
 
 /// Sleep parks the goroutine, not the thread: with GOMAXPROCS = 1, while 64

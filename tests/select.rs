@@ -44,6 +44,7 @@ fn assert_uniformish(counts: &[usize], what: &str) {
     let p = 1.0 / counts.len() as f64;
     let sigma = (trials as f64 * p * (1.0 - p)).sqrt();
     let expect = trials as f64 * p;
+    println!("{what}: counts {counts:?}");
     for (i, &c) in counts.iter().enumerate() {
         assert!(
             (c as f64 - expect).abs() <= 7.0 * sigma,

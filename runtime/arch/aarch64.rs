@@ -44,3 +44,8 @@ impl SwitchFrame {
         }
     }
 }
+
+/// Unused on aarch64 (goro_restore reads fpcr itself, which is cheap).
+pub(crate) fn fp_state() -> u64 {
+    0
+}

@@ -16,7 +16,7 @@ mod imp;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("goro supports only x86_64 and aarch64");
 
-pub(crate) use imp::SwitchFrame;
+pub(crate) use imp::{fp_state, SwitchFrame};
 
 /// Entry point of a goroutine's first run, called by `goro_gostart` on the
 /// goroutine's own stack. Must never return (it ends in goexit).
@@ -38,8 +38,8 @@ pub(crate) struct Gobuf {
 
 extern "C" {
     fn goro_switch(save_sp: *mut usize, new_sp: usize);
-    fn goro_gogo(sp: usize) -> !;
-    fn goro_mcall(save_sp: *mut usize, g0_sp: usize, f: McallFn, arg: *mut u8);
+    fn goro_gogo(sp: usize, live_fp: u64) -> !;
+    fn goro_mcall(save_sp: *mut usize, g0_sp: usize, f: McallFn, arg: *mut u8, live_fp: *mut u64);
     fn goro_gostart();
 }
 
@@ -56,19 +56,22 @@ pub(crate) unsafe fn switch(save: *mut Gobuf, to: usize) {
     unsafe { goro_switch(save.cast(), to) }
 }
 
-/// Go's gogo: abandon the current context and resume `sp`.
+/// Go's gogo: abandon the current context and resume `sp`. `live_fp` is
+/// the thread's current FP control state as the last [`mcall`] on this
+/// thread published it (x86_64; ignored on aarch64).
 ///
 /// # Safety
 /// As for [`switch`]; additionally the current stack's frames are dead after
 /// this call (only g0 does this: its frames are discarded at every mcall).
 #[inline(always)]
-pub(crate) unsafe fn gogo(sp: usize) -> ! {
+pub(crate) unsafe fn gogo(sp: usize, live_fp: u64) -> ! {
     // SAFETY: guaranteed by the caller.
-    unsafe { goro_gogo(sp) }
+    unsafe { goro_gogo(sp, live_fp) }
 }
 
-/// Go's mcall: suspend the current goroutine into `save`, switch to the g0
-/// stack at `g0_sp` and run `f(arg)` there. Returns when the goroutine is
+/// Go's mcall: suspend the current goroutine into `save`, publish the
+/// thread's FP control state to `*live_fp`, switch to the g0 stack at
+/// `g0_sp` and run `f(arg)` there. Returns when the goroutine is
 /// resumed with gogo.
 ///
 /// # Safety
@@ -76,9 +79,9 @@ pub(crate) unsafe fn gogo(sp: usize) -> ! {
 /// no live frames below it; `f` must not return; `save` must stay valid until
 /// the goroutine is resumed.
 #[inline(always)]
-pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, f: McallFn, arg: *mut u8) {
+pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, f: McallFn, arg: *mut u8, live_fp: *mut u64) {
     // SAFETY: guaranteed by the caller.
-    unsafe { goro_mcall(save.cast(), g0_sp, f, arg) }
+    unsafe { goro_mcall(save.cast(), g0_sp, f, arg, live_fp) }
 }
 
 /// Lays out the first frame of a new context below `top` so that resuming it
@@ -89,7 +92,7 @@ pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, f: McallFn, arg: *mut
 /// `size_of::<SwitchFrame>()` bytes below it.
 pub(crate) unsafe fn init_frame(top: usize, entry: EntryFn, arg: *mut u8) -> usize {
     let sp = (top - core::mem::size_of::<SwitchFrame>()) & !15;
-    let frame = SwitchFrame::new(entry, arg, goro_gostart as usize);
+    let frame = SwitchFrame::new(entry, arg, goro_gostart as *const () as usize);
     // SAFETY: the caller guarantees [sp, top) is writable and aligned.
     unsafe { (sp as *mut SwitchFrame).write(frame) };
     sp
@@ -111,8 +114,8 @@ pub(crate) fn bench_switch(iters: u64) -> std::time::Duration {
     let st = crate::stack::alloc(crate::stack::round_size(64 << 10)).expect("bench stack");
     let mut ctx = Ctx { main: Gobuf::default(), co: Gobuf::default() };
     let ctxp: *mut Ctx = &mut ctx;
-    // SAFETY: fresh stack; top is 16-byte aligned.
-    ctx.co.sp = unsafe { init_frame(st.hi, co_entry, ctxp.cast()) };
+    // SAFETY: fresh stack; top is 16-byte aligned; ctxp is live.
+    unsafe { (*ctxp).co.sp = init_frame(st.hi, co_entry, ctxp.cast()) };
     let t0 = std::time::Instant::now();
     for _ in 0..iters {
         // SAFETY: the coroutine context is suspended and only we resume it.

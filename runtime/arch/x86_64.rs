@@ -51,3 +51,19 @@ impl SwitchFrame {
         }
     }
 }
+
+/// The thread's live FP control state in the layout goro_restore compares:
+/// MXCSR in bits 0..32, the x87 control word in bits 32..48.
+pub(crate) fn fp_state() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: stores 4 + 2 bytes into our 8-byte buffer; no other effect.
+    unsafe {
+        core::arch::asm!(
+            "stmxcsr [{0}]",
+            "fnstcw [{0} + 4]",
+            in(reg) buf.as_mut_ptr(),
+            options(nostack, preserves_flags),
+        );
+    }
+    u64::from_le_bytes(buf) & 0xFFFF_FFFF_FFFF
+}

@@ -31,8 +31,27 @@ pub fn run(w: &Work) -> Res {
     // Run the measured body as a coroutine, like Go's benchmark goroutine.
     match may::go!(body).join() {
         Ok(r) => r,
-        Err(_) => Err("may coroutine panicked".into()),
+        Err(p) => Err(panic_reason(p)),
     }
+}
+
+/// Turn a panic payload into a one-line n/a reason; a failed stack mmap is
+/// may's coroutine-count limit (2 VMAs per coroutine vs vm.max_map_count).
+pub fn panic_reason(p: Box<dyn std::any::Any + Send>) -> String {
+    let msg = p
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    let mut r = format!("panicked: {}", msg.replace('\n', " "));
+    if msg.contains("alloc sys stack") {
+        let max_map = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap_or_default();
+        r.push_str(&format!(
+            " (each may stack is an mmap + guard page: 2 VMAs per coroutine, vm.max_map_count={})",
+            max_map.trim()
+        ));
+    }
+    r
 }
 
 fn yield_pingpong(n: u64) -> Res {
@@ -83,39 +102,34 @@ fn spawn_wait(n: u64) -> Res {
     Ok(Out::per_op(t.elapsed(), n))
 }
 
-/// ChanSync shape, but may has no rendezvous channel: one unbounded queue per
-/// direction. The role with even batch index receives on `ab` and sends on
-/// `ba`, the odd role the reverse, so the message flow equals Go's (each
-/// message is received by the other goroutine before it sends again).
+/// ChanSync shape, but may has no rendezvous channel, so one queue per
+/// direction. Go's two goroutines swap roles by batch parity; with buffered
+/// queues a role swap lets a goroutine receive its own last message, so here
+/// the roles are fixed (goroutine 0 receives first, goroutine 1 sends first)
+/// and each runs half of the batches: the same number of messages, each
+/// received by the other goroutine before it sends again, as in Go.
 fn chansync(n: u64) -> Res {
     let procs: i64 = 2;
-    let batches = Arc::new(AtomicI64::new(n as i64 / CALLS_PER_SCHED / procs * procs));
+    let batches = n as i64 / CALLS_PER_SCHED / procs * procs;
     let (ctx, crx) = mpsc::channel::<bool>();
-    let (ab_tx, ab_rx) = mpmc::channel::<i32>();
-    let (ba_tx, ba_rx) = mpmc::channel::<i32>();
+    let (ab_tx, ab_rx) = mpsc::channel::<i32>();
+    let (ba_tx, ba_rx) = mpsc::channel::<i32>();
     let t = Instant::now();
-    for _ in 0..procs {
-        let (batches, ctx) = (batches.clone(), ctx.clone());
-        let (ab_tx, ab_rx, ba_tx, ba_rx) = (ab_tx.clone(), ab_rx.clone(), ba_tx.clone(), ba_rx.clone());
-        drop(may::go!(move || {
-            loop {
-                let i = batches.fetch_sub(1, SeqCst) - 1;
-                if i < 0 {
-                    break;
-                }
-                for _ in 0..CALLS_PER_SCHED {
-                    if i % 2 == 0 {
-                        ab_rx.recv().unwrap();
-                        ba_tx.send(0).unwrap();
-                    } else {
-                        ab_tx.send(0).unwrap();
-                        ba_rx.recv().unwrap();
-                    }
-                }
-            }
-            ctx.send(true).unwrap();
-        }));
-    }
+    let ctx2 = ctx.clone();
+    drop(may::go!(move || {
+        for _ in 0..batches / 2 * CALLS_PER_SCHED {
+            ab_rx.recv().unwrap();
+            ba_tx.send(0).unwrap();
+        }
+        ctx.send(true).unwrap();
+    }));
+    drop(may::go!(move || {
+        for _ in 0..batches / 2 * CALLS_PER_SCHED {
+            ab_tx.send(0).unwrap();
+            ba_rx.recv().unwrap();
+        }
+        ctx2.send(true).unwrap();
+    }));
     for _ in 0..procs {
         crx.recv().unwrap();
     }
@@ -224,11 +238,26 @@ fn select2(n: u64) -> Res {
     }
     let got = AtomicU64::new(0);
     let na = AtomicU64::new(0);
+    // A third, timer arm only detects a stall (values lost by a cancelled
+    // arm) so the run reports n/a instead of hanging forever.
+    let (mut last, mut idle) = (0u64, 0u32);
     while got.load(Relaxed) < 2 * half {
-        may::select!(
+        let idx = may::select!(
             v = arx.recv() => { v.unwrap(); got.fetch_add(1, Relaxed); na.fetch_add(1, Relaxed); },
-            v = brx.recv() => { v.unwrap(); got.fetch_add(1, Relaxed); }
+            v = brx.recv() => { v.unwrap(); got.fetch_add(1, Relaxed); },
+            _ = may::coroutine::sleep(Duration::from_millis(200)) => {}
         );
+        if idx == 2 {
+            let g = got.load(Relaxed);
+            idle = if g == last { idle + 1 } else { 0 };
+            last = g;
+            if idle >= 10 {
+                return Err(format!(
+                    "stalled: received {g} of {} values, no progress for 2s (may::select! helper lost a value?)",
+                    2 * half
+                ));
+            }
+        }
     }
     let d = t.elapsed();
     drop((atx, btx));

@@ -4,8 +4,8 @@
 //!
 //! tokio has no MPMC and no rendezvous channel: the Go shapes that need one
 //! channel shared by several receivers (chansync, prodcons100) use
-//! `flume` (MPMC, bounded(0) = rendezvous) through its async API; the
-//! single-consumer shapes use tokio::sync::mpsc (minimum capacity 1).
+//! `flume` (MPMC) through its async API (prodcons100); the others use
+//! tokio::sync::mpsc (minimum capacity 1).
 
 use crate::common::*;
 use std::future::Future;
@@ -94,33 +94,37 @@ async fn spawn_wait(n: u64) -> Res {
     Ok(Out::per_op(t.elapsed(), n))
 }
 
+/// ChanSync shape with one tokio mpsc queue (capacity 1, tokio's minimum) per
+/// direction. Go's single rendezvous channel is not reproducible: tokio has no
+/// MPMC/rendezvous channel, and flume's async bounded(0) lets a sender return
+/// before a waiting async receiver took the value (flume issue #140), so a
+/// task can receive its own message and the shape deadlocks. With buffered
+/// queues a role swap has the same problem, so the roles are fixed (task 0
+/// receives first, task 1 sends first), each running half of the batches:
+/// the same number of messages, each received by the other task before it
+/// sends again, as in Go.
 async fn chansync(n: u64) -> Res {
     let procs: i64 = 2;
-    let batches = Arc::new(AtomicI64::new(n as i64 / CALLS_PER_SCHED / procs * procs));
+    let batches = n as i64 / CALLS_PER_SCHED / procs * procs;
     let (ctx, mut crx) = mpsc::channel::<bool>(procs as usize);
-    let (tx, rx) = flume::bounded::<i32>(0);
+    let (ab_tx, mut ab_rx) = mpsc::channel::<i32>(1);
+    let (ba_tx, mut ba_rx) = mpsc::channel::<i32>(1);
     let t = Instant::now();
-    for _ in 0..procs {
-        let (batches, ctx, tx, rx) = (batches.clone(), ctx.clone(), tx.clone(), rx.clone());
-        tokio::spawn(async move {
-            loop {
-                let i = batches.fetch_sub(1, SeqCst) - 1;
-                if i < 0 {
-                    break;
-                }
-                for _ in 0..CALLS_PER_SCHED {
-                    if i % 2 == 0 {
-                        rx.recv_async().await.unwrap();
-                        tx.send_async(0).await.unwrap();
-                    } else {
-                        tx.send_async(0).await.unwrap();
-                        rx.recv_async().await.unwrap();
-                    }
-                }
-            }
-            ctx.send(true).await.unwrap();
-        });
-    }
+    let ctx2 = ctx.clone();
+    tokio::spawn(async move {
+        for _ in 0..batches / 2 * CALLS_PER_SCHED {
+            ab_rx.recv().await.unwrap();
+            ba_tx.send(0).await.unwrap();
+        }
+        ctx.send(true).await.unwrap();
+    });
+    tokio::spawn(async move {
+        for _ in 0..batches / 2 * CALLS_PER_SCHED {
+            ab_tx.send(0).await.unwrap();
+            ba_rx.recv().await.unwrap();
+        }
+        ctx2.send(true).await.unwrap();
+    });
     for _ in 0..procs {
         crx.recv().await.unwrap();
     }

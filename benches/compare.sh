@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# Side-by-side scheduler benchmarks: Go vs goro vs may vs tokio (vs
+# corosensei and std threads where meaningful).
+#
+#   benches/compare.sh [workload ...]        # default: all workloads
+#
+# Environment:
+#   REPEAT=5        runs per (workload, impl); the table shows the median
+#   IMPLS="..."     subset of: go goro may tokio corosensei std
+#   QUICK=1         divide every N by 10 (smoke test; numbers are noisier)
+#   TIMEOUT=120     seconds per single run; a run over it counts as n/a
+#
+# Each run is its own process, so a crash (e.g. may running out of
+# vm.max_map_count) becomes an n/a cell with the reason listed below the
+# table instead of stopping the script. Multi-P workloads run with
+# GOMAXPROCS=2 / 2 workers for every implementation, one-P workloads with 1
+# (tokio then uses its current_thread runtime). Shapes: benches/peers/README.md.
+# Full RESULT lines go to benches/peers/target/compare-results.txt.
+set -uo pipefail
+
+REPEAT=${REPEAT:-5}
+QUICK=${QUICK:-0}
+TIMEOUT=${TIMEOUT:-120}
+IMPLS=${IMPLS:-"go goro may tokio corosensei std"}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PEERS=$HERE/peers
+TARGET=$PEERS/target
+mkdir -p "$TARGET"
+RESULTS=$TARGET/compare-results.txt
+BUILDLOG=$TARGET/compare-build.log
+: >"$RESULTS"
+: >"$BUILDLOG"
+
+ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss"
+WORKLOADS=${*:-$ALL_WORKLOADS}
+
+notes=()
+note() { notes+=("$*"); }
+
+# ---------------------------------------------------------------- build ----
+PEERS_BIN=""
+build_peers() {
+    local label=$1
+    shift
+    echo "building peers ($label) ..." >&2
+    if cargo build --release --manifest-path "$PEERS/Cargo.toml" "$@" >>"$BUILDLOG" 2>&1; then
+        PEERS_BIN=$TARGET/release/peers
+        return 0
+    fi
+    return 1
+}
+if build_peers "goro + goro::__bench::raw_switch_pair"; then
+    :
+elif build_peers "goro, without the switch hook" --no-default-features --features goro; then
+    note "goro switch: goro::__bench::raw_switch_pair did not compile; switch row n/a (see $BUILDLOG)"
+elif build_peers "without goro" --no-default-features; then
+    note "goro: the goro crate did not compile; goro rows n/a (see $BUILDLOG)"
+else
+    # The root manifest itself may be unparsable (e.g. a missing target file
+    # while the runtime is being written): build a copy with no goro dependency.
+    tmp=$(mktemp -d)
+    cp -r "$PEERS/Cargo.toml" "$PEERS/Cargo.lock" "$PEERS/src" "$tmp/"
+    sed -i -e '/^goro = { path/d' -e 's/^default = .*/default = []/' \
+        -e 's/^goro = \["dep:goro"\]/goro = []/' "$tmp/Cargo.toml"
+    echo "building peers (detached copy without goro) ..." >&2
+    if CARGO_TARGET_DIR=$TARGET/nogoro cargo build --release --manifest-path "$tmp/Cargo.toml" \
+        --no-default-features >>"$BUILDLOG" 2>&1; then
+        PEERS_BIN=$TARGET/nogoro/release/peers
+        note "goro: the root goro manifest/crate did not build; goro rows n/a (see $BUILDLOG)"
+    else
+        echo "peers failed to build; see $BUILDLOG" >&2
+        tail -n 30 "$BUILDLOG" >&2
+        exit 1
+    fi
+fi
+
+GO_BIN=$TARGET/go-peers
+echo "building go-peers ..." >&2
+if ! (cd "$HERE/go" && GO111MODULE=off GOFLAGS= go build -o "$GO_BIN" main.go) >>"$BUILDLOG" 2>&1; then
+    note "go: go build failed; go column n/a (see $BUILDLOG)"
+    GO_BIN=""
+fi
+
+# ------------------------------------------------------------ parameters ---
+procs_for() { case $1 in switch | yield) echo 1 ;; *) echo 2 ;; esac; }
+
+n_for() { # workload impl -> N
+    local w=$1 i=$2 n
+    case $w in
+        switch) n=10000000 ;;
+        yield) n=2000000 ;; # per goroutine (2x yields in total)
+        spawn | spawn_wait) n=1000000 ;;
+        chansync) n=2000000 ;;
+        prodcons100) n=5000000 ;;
+        threadring) n=10000000 ;;
+        select2) n=1000000 ;;
+        rss) n=100000 ;;
+    esac
+    # Scaled-down N for implementations whose per-op cost is 10-1000x higher,
+    # to keep the whole script within ~10 minutes; ns/op stays comparable.
+    case $i/$w in
+        std/yield) n=200000 ;;
+        std/spawn | std/spawn_wait) n=10000 ;;
+        std/chansync | std/select2 | std/threadring) n=50000 ;;
+        std/prodcons100) n=1000000 ;;
+        std/rss) n=10000 ;; # 100k threads exceed vm.max_map_count (2 VMAs each)
+        may/spawn) n=50000 ;; # ~50 us per spawn with 2 workers
+        may/select2) n=20000 ;; # may::select! spawns a coroutine per arm
+    esac
+    if [ "$QUICK" = 1 ]; then n=$((n / 10)); fi
+    echo "$n"
+}
+
+applicable() { # impl workload
+    case $1/$2 in
+        corosensei/switch | corosensei/yield) return 0 ;;
+        corosensei/*) return 1 ;;
+    esac
+    return 0
+}
+
+# ---------------------------------------------------------------- runs -----
+declare -A VALS   # "w/i" -> space-separated values
+declare -A NA     # "w/i" -> last n/a reason
+declare -A NUSED  # "w/i" -> N
+
+run_one() { # workload impl -> appends to VALS / NA
+    local w=$1 i=$2 p n out rc line val
+    p=$(procs_for "$w")
+    n=$(n_for "$w" "$i")
+    NUSED[$w/$i]=$n
+    local errf=$TARGET/run.stderr
+    if [ "$i" = go ]; then
+        if [ -z "$GO_BIN" ]; then NA[$w/$i]="go build failed"; return; fi
+        out=$(GOMAXPROCS=$p timeout "$TIMEOUT" "$GO_BIN" "$w" "$n" 2>"$errf")
+    else
+        out=$(GOMAXPROCS=$p timeout "$TIMEOUT" "$PEERS_BIN" "$w" "$i" "$n" "$p" 2>"$errf")
+    fi
+    rc=$?
+    line=$(grep -m1 '^RESULT ' <<<"$out")
+    [ -n "$line" ] && echo "$line" >>"$RESULTS"
+    if [ -n "$line" ]; then
+        val=$(awk '{print $4}' <<<"$line")
+        if [ "$val" = "n/a" ]; then
+            NA[$w/$i]=$(cut -d' ' -f5- <<<"$line")
+            return
+        fi
+        VALS[$w/$i]="${VALS[$w/$i]:-} $val"
+        return
+    fi
+    local why
+    if [ $rc = 124 ]; then
+        why="timeout after ${TIMEOUT}s"
+    elif [ $rc -gt 128 ]; then
+        why="killed by signal $((rc - 128))"
+    else
+        why="exit $rc"
+    fi
+    local last
+    last=$(grep -v '^note: ' "$errf" | grep -v '^\s*$' | tail -n 2 | tr '\n' ' ' | cut -c1-240)
+    NA[$w/$i]="$why: $last"
+    echo "RESULT $w $i n/a $why: $last" >>"$RESULTS"
+}
+
+median() { # values... -> median (or empty)
+    [ $# -eq 0 ] && return
+    printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2 }'
+}
+
+start=$(date +%s)
+for w in $WORKLOADS; do
+    for ((r = 1; r <= REPEAT; r++)); do
+        for i in $IMPLS; do
+            applicable "$i" "$w" || continue
+            echo "  [$w] $i run $r/$REPEAT" >&2
+            run_one "$w" "$i"
+        done
+    done
+done
+elapsed=$(($(date +%s) - start))
+
+# ---------------------------------------------------------------- table ----
+declare -A MED
+fmt() { # value -> compact number
+    awk -v v="$1" 'BEGIN{ if (v >= 100) printf "%.0f", v; else if (v >= 10) printf "%.1f", v; else printf "%.2f", v }'
+}
+ratio() { # a b -> a/b
+    if [ -n "$1" ] && [ -n "$2" ]; then
+        awk -v a="$1" -v b="$2" 'BEGIN{ if (b <= 0) print "—"; else if (a / b < 0.1) printf "%.3fx", a / b; else printf "%.2fx", a / b }'
+    else
+        echo "—"
+    fi
+}
+cell() { # w i
+    local w=$1 i=$2
+    if [[ " $IMPLS " != *" $i "* ]]; then echo "—"; return; fi
+    if ! applicable "$i" "$w"; then echo "—"; return; fi
+    if [ -n "${MED[$w/$i]:-}" ]; then
+        local s
+        s=$(fmt "${MED[$w/$i]}")
+        if [ "${NUSED[$w/$i]:-}" != "$(n_for "$w" go)" ]; then
+            s="$s (N=${NUSED[$w/$i]})"
+        fi
+        echo "$s"
+    elif [ -n "${NA[$w/$i]:-}" ]; then
+        echo "n/a"
+    else
+        echo "—"
+    fi
+}
+
+for w in $WORKLOADS; do
+    for i in go goro may tokio corosensei std; do
+        # shellcheck disable=SC2086
+        MED[$w/$i]=$(median ${VALS[$w/$i]:-})
+        if [ -n "${NA[$w/$i]:-}" ]; then
+            notes+=("$w / $i: n/a — ${NA[$w/$i]}")
+        fi
+    done
+done
+
+echo
+echo "### goro vs Go / may / tokio — median of $REPEAT runs ($(nproc) CPUs, $(go version 2>/dev/null | awk '{print $3}'), total ${elapsed}s)"
+echo
+echo "| workload | unit | go | goro | may | tokio | corosensei | std | goro/go | goro/may | goro/tokio |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+for w in $WORKLOADS; do
+    p=$(procs_for "$w")
+    unit="ns/op"
+    case $w in
+        rss) unit="bytes/G" ;;
+        threadring) unit="ns/hop" ;;
+        spawn | spawn_wait) unit="ns/G" ;;
+        yield) unit="ns/yield" ;;
+        switch) unit="ns/round trip" ;;
+    esac
+    g=${MED[$w/goro]:-}
+    printf '| %s (P=%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+        "$w" "$p" "$unit" "$(cell "$w" go)" "$(cell "$w" goro)" "$(cell "$w" may)" \
+        "$(cell "$w" tokio)" "$(cell "$w" corosensei)" "$(cell "$w" std)" \
+        "$(ratio "$g" "${MED[$w/go]:-}")" "$(ratio "$g" "${MED[$w/may]:-}")" \
+        "$(ratio "$g" "${MED[$w/tokio]:-}")"
+done
+echo
+if [[ " $WORKLOADS " == *" threadring "* ]]; then
+    line="threadring total ms (median):"
+    for i in go goro may tokio std; do
+        if [ -n "${MED[threadring/$i]:-}" ]; then
+            line+=" $i $(awk -v v="${MED[threadring/$i]}" -v n="${NUSED[threadring/$i]}" 'BEGIN{printf "%.0f", v*n/1e6}')"
+            [ "${NUSED[threadring/$i]}" != "$(n_for threadring go)" ] && line+=" (N=${NUSED[threadring/$i]})"
+            line+=";"
+        fi
+    done
+    echo "$line"
+fi
+echo "Ratios < 1 mean goro is faster (smaller). (N=...) marks a scaled-down N for that cell."
+if [ ${#notes[@]} -gt 0 ]; then
+    echo
+    echo "Notes:"
+    for n in "${notes[@]}"; do echo "- $n"; done
+fi

@@ -1,0 +1,316 @@
+// Go reference side of goro's side-by-side benchmarks.
+//
+// Usage: go-peers <workload> [N]
+// GOMAXPROCS comes from the environment (compare.sh sets it per workload).
+// Prints one line: RESULT <workload> go <ns_per_op> [key=value ...]
+//
+// chansync and prodcons100 are runtime/chan_test.go's benchmarkChanSync(0)
+// and benchmarkChanProdCons(100, 0) with b.N = N; spawn is
+// proc_test.go's benchmarkCreateGoroutines(procs=1). Shapes of the other
+// workloads are documented in benches/peers/README.md and mirrored exactly
+// by the Rust implementations in benches/peers/src.
+//
+// Build: GO111MODULE=off go build -o go-peers main.go (stdlib only).
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const callsPerSched = 1000
+const ring = 503
+
+func defaultN(w string) int {
+	switch w {
+	case "yield":
+		return 2000000
+	case "spawn", "spawn_wait":
+		return 1000000
+	case "chansync":
+		return 2000000
+	case "prodcons100":
+		return 5000000
+	case "threadring":
+		return 10000000
+	case "select2":
+		return 1000000
+	case "rss":
+		return 100000
+	}
+	return 1000000
+}
+
+func perOp(d time.Duration, ops int) float64 {
+	if ops < 1 {
+		ops = 1
+	}
+	return float64(d.Nanoseconds()) / float64(ops)
+}
+
+// yield: two goroutines on one P, each calling runtime.Gosched n times.
+func yieldPingPong(n int) float64 {
+	t := time.Now()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	for k := 0; k < 2; k++ {
+		go func() {
+			for i := 0; i < n; i++ {
+				runtime.Gosched()
+			}
+			wg.Done()
+		}()
+	}
+	wg.Wait()
+	return perOp(time.Since(t), 2*n)
+}
+
+// spawn: BenchmarkCreateGoroutines (procs = 1).
+func spawnChain(n int) float64 {
+	c := make(chan bool)
+	var f func(n int)
+	f = func(n int) {
+		if n == 0 {
+			c <- true
+			return
+		}
+		go f(n - 1)
+	}
+	t := time.Now()
+	go f(n)
+	<-c
+	return perOp(time.Since(t), n)
+}
+
+// spawn_wait: spawn n goroutines from one goroutine; each signals a counting
+// channel (buffered, cap n); then receive n times.
+func spawnWait(n int) float64 {
+	c := make(chan struct{}, n)
+	t := time.Now()
+	for i := 0; i < n; i++ {
+		go func() { c <- struct{}{} }()
+	}
+	for i := 0; i < n; i++ {
+		<-c
+	}
+	return perOp(time.Since(t), n)
+}
+
+// chansync: benchmarkChanSync(b, 0) verbatim (b.N = n).
+func chanSync(n int) float64 {
+	const CallsPerSched = callsPerSched
+	procs := 2
+	N := int32(n / CallsPerSched / procs * procs)
+	c := make(chan bool, procs)
+	myc := make(chan int)
+	t := time.Now()
+	for p := 0; p < procs; p++ {
+		go func() {
+			for {
+				i := atomic.AddInt32(&N, -1)
+				if i < 0 {
+					break
+				}
+				for g := 0; g < CallsPerSched; g++ {
+					if i%2 == 0 {
+						<-myc
+						myc <- 0
+					} else {
+						myc <- 0
+						<-myc
+					}
+				}
+			}
+			c <- true
+		}()
+	}
+	for p := 0; p < procs; p++ {
+		<-c
+	}
+	return perOp(time.Since(t), n)
+}
+
+// prodcons100: benchmarkChanProdCons(b, 100, 0) verbatim (b.N = n).
+func prodCons(n, chanSize int) float64 {
+	const CallsPerSched = callsPerSched
+	procs := runtime.GOMAXPROCS(-1)
+	N := int32(n / CallsPerSched)
+	c := make(chan bool, 2*procs)
+	myc := make(chan int, chanSize)
+	t := time.Now()
+	for p := 0; p < procs; p++ {
+		go func() {
+			for atomic.AddInt32(&N, -1) >= 0 {
+				for g := 0; g < CallsPerSched; g++ {
+					myc <- 1
+				}
+			}
+			myc <- 0
+			c <- false
+		}()
+		go func() {
+			for {
+				v := <-myc
+				if v == 0 {
+					break
+				}
+			}
+			c <- false
+		}()
+	}
+	for p := 0; p < procs; p++ {
+		<-c
+		<-c
+	}
+	return perOp(time.Since(t), n)
+}
+
+// threadring: benchmarks-game thread-ring, 503 goroutines, unbuffered chans.
+func threadRing(n int) (float64, time.Duration, int) {
+	done := make(chan int)
+	chans := make([]chan int, ring)
+	for i := range chans {
+		chans[i] = make(chan int)
+	}
+	for i := 0; i < ring; i++ {
+		go func(id int, in, next chan int) {
+			for {
+				tok := <-in
+				if tok == 0 {
+					done <- id
+					return
+				}
+				next <- tok - 1
+			}
+		}(i+1, chans[i], chans[(i+1)%ring])
+	}
+	t := time.Now()
+	chans[0] <- n
+	id := <-done
+	d := time.Since(t)
+	return perOp(d, n), d, id
+}
+
+// select2: one goroutine selecting over two unbuffered channels, each fed by
+// its own sender goroutine (n/2 values each). ns per received value.
+func select2(n int) (float64, int) {
+	half := n / 2
+	a := make(chan int)
+	b := make(chan int)
+	t := time.Now()
+	for _, ch := range []chan int{a, b} {
+		go func(ch chan int) {
+			for i := 0; i < half; i++ {
+				ch <- i
+			}
+		}(ch)
+	}
+	got, na := 0, 0
+	for got < 2*half {
+		select {
+		case <-a:
+			got++
+			na++
+		case <-b:
+			got++
+		}
+	}
+	return perOp(time.Since(t), got), na
+}
+
+func vmRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "VmRSS:") {
+			fields := strings.Fields(line[len("VmRSS:"):])
+			kb, _ := strconv.ParseInt(fields[0], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// rss: n goroutines parked on a receive from one channel; VmRSS delta / n.
+func rss(n int) (float64, int64, int64, int) {
+	ch := make(chan struct{})
+	var started int64
+	time.Sleep(20 * time.Millisecond)
+	before := vmRSS()
+	for i := 0; i < n; i++ {
+		go func() {
+			atomic.AddInt64(&started, 1)
+			<-ch
+		}()
+	}
+	for atomic.LoadInt64(&started) < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	after := vmRSS()
+	live := runtime.NumGoroutine()
+	close(ch)
+	return float64(after-before) / float64(n), before, after, live
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: go-peers <workload> [N]")
+		os.Exit(2)
+	}
+	w := os.Args[1]
+	n := defaultN(w)
+	if len(os.Args) > 2 {
+		v, err := strconv.Atoi(strings.ReplaceAll(os.Args[2], "_", ""))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bad N:", os.Args[2])
+			os.Exit(2)
+		}
+		n = v
+	}
+	procs := runtime.GOMAXPROCS(0)
+	tail := fmt.Sprintf("n=%d procs=%d", n, procs)
+	switch w {
+	case "switch":
+		fmt.Printf("RESULT switch go n/a not-applicable: Go exposes no raw context switch (see yield)\n")
+	case "yield":
+		fmt.Printf("RESULT yield go %.2f %s\n", yieldPingPong(n), tail)
+	case "spawn":
+		fmt.Printf("RESULT spawn go %.2f %s\n", spawnChain(n), tail)
+	case "spawn_wait":
+		fmt.Printf("RESULT spawn_wait go %.2f %s\n", spawnWait(n), tail)
+	case "chansync":
+		fmt.Printf("RESULT chansync go %.2f %s\n", chanSync(n), tail)
+	case "prodcons100":
+		fmt.Printf("RESULT prodcons100 go %.2f %s\n", prodCons(n, 100), tail)
+	case "threadring":
+		ns, d, id := threadRing(n)
+		if id != n%ring+1 {
+			fmt.Printf("RESULT threadring go n/a wrong-winner id=%d expected=%d\n", id, n%ring+1)
+			return
+		}
+		fmt.Printf("RESULT threadring go %.2f total_ms=%.1f id=%d %s\n", ns, float64(d.Microseconds())/1e3, id, tail)
+	case "select2":
+		ns, na := select2(n)
+		fmt.Printf("RESULT select2 go %.2f from_a=%d %s\n", ns, na, tail)
+	case "rss":
+		per, before, after, live := rss(n)
+		fmt.Printf("RESULT rss go %.2f unit=bytes/goroutine rss_before_kb=%d rss_after_kb=%d num_goroutine=%d %s\n",
+			per, before/1024, after/1024, live, tail)
+	default:
+		fmt.Fprintln(os.Stderr, "unknown workload", w)
+		os.Exit(2)
+	}
+}
