@@ -76,6 +76,9 @@ pub(crate) struct G {
     pub(crate) preempt: AtomicBool,
     /// Name from Builder::name, for diagnostics.
     pub(crate) name: Cell<Option<&'static str>>,
+    /// Goroutine-local storage (local.rs owns the representation); null
+    /// when the G has none. Touched only by the G itself.
+    pub(crate) locals: Cell<*mut u8>,
     /// Whether the (free) stack's cold pages were returned to the OS since
     /// it last ran (scavenge_gfree); cleared when the G is reused.
     pub(crate) stack_released: Cell<bool>,
@@ -102,6 +105,7 @@ impl G {
             selgen: AtomicU64::new(0),
             preempt: AtomicBool::new(false),
             name: Cell::new(None),
+            locals: Cell::new(ptr::null_mut()),
             stack_released: Cell::new(false),
         }))
     }

@@ -40,6 +40,7 @@
 mod arch;
 mod chan;
 mod g;
+mod local;
 mod m;
 mod netpoll;
 mod os;

@@ -243,6 +243,8 @@ where
     let id = newproc(
         move || {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            // Goroutine-locals die with the goroutine, before join sees it.
+            let _ = std::panic::catch_unwind(crate::local::drop_locals);
             their.complete(r);
         },
         stack_size,
