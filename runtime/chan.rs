@@ -77,7 +77,8 @@ pub(crate) enum Try {
 
 impl Hchan {
     fn new<T>(cap: usize) -> Hchan {
-        let layout = Layout::array::<T>(cap).unwrap_or_else(|_| crate::throw::throw("makechan: size out of range"));
+        let layout = Layout::array::<T>(cap)
+            .unwrap_or_else(|_| crate::throw::throw("makechan: size out of range"));
         let buf = if layout.size() == 0 {
             ptr::NonNull::<T>::dangling().as_ptr().cast()
         } else {
@@ -90,7 +91,12 @@ impl Hchan {
         };
         Hchan {
             lock: parking_lot::RawMutex::INIT,
-            st: UnsafeCell::new(State { sendx: 0, recvx: 0, recvq: WaitQ::new(), sendq: WaitQ::new() }),
+            st: UnsafeCell::new(State {
+                sendx: 0,
+                recvx: 0,
+                recvq: WaitQ::new(),
+                sendq: WaitQ::new(),
+            }),
             qcount: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             dataqsiz: cap,
@@ -418,7 +424,13 @@ impl Hchan {
             let base = base.wrapping_add(base.align_offset(self.layout.align().max(1)));
             for i in 0..ndrop {
                 // SAFETY: each holds a moved-out T (ZSTs: dangling is fine).
-                unsafe { (self.drop_elem)(if self.elemsize == 0 { self.buf } else { base.wrapping_add(i * self.elemsize) }) };
+                unsafe {
+                    (self.drop_elem)(if self.elemsize == 0 {
+                        self.buf
+                    } else {
+                        base.wrapping_add(i * self.elemsize)
+                    })
+                };
             }
         }
     }
@@ -449,7 +461,13 @@ impl Drop for Hchan {
 /// Panics if `cap * size_of::<T>()` overflows `isize`.
 pub fn chan<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
     let c = Arc::new(Hchan::new::<T>(cap));
-    (Sender { c: c.clone(), _t: PhantomData }, Receiver { c, _t: PhantomData })
+    (
+        Sender {
+            c: c.clone(),
+            _t: PhantomData,
+        },
+        Receiver { c, _t: PhantomData },
+    )
 }
 
 /// The sending half of a channel. Cloneable; the channel closes when the
@@ -647,13 +665,20 @@ impl<T> Sender<T> {
     /// G/thread at most `d` (Duration::MAX: forever).
     pub fn send_timeout(&self, v: T, d: Duration) -> Result<(), SendTimeoutError<T>> {
         let mut slot = MaybeUninit::new(v);
-        let cases = &mut [crate::select::Scase::send(&self.c, slot.as_mut_ptr().cast())];
+        let cases = &mut [crate::select::Scase::send(
+            &self.c,
+            slot.as_mut_ptr().cast(),
+        )];
         match crate::select::selectgo(cases, true, crate::time::deadline_after(d)) {
             crate::select::Selected::Case(_, true) => Ok(()),
             // SAFETY: not sent: the value is still ours.
-            crate::select::Selected::Case(_, false) => Err(SendTimeoutError::Closed(unsafe { slot.assume_init_read() })),
+            crate::select::Selected::Case(_, false) => {
+                Err(SendTimeoutError::Closed(unsafe { slot.assume_init_read() }))
+            }
             // SAFETY: as above.
-            _ => Err(SendTimeoutError::Timeout(unsafe { slot.assume_init_read() })),
+            _ => Err(SendTimeoutError::Timeout(unsafe {
+                slot.assume_init_read()
+            })),
         }
     }
 
@@ -710,7 +735,10 @@ impl<T> Receiver<T> {
     /// Like `recv`, giving up after `d` with `Timeout`.
     pub fn recv_timeout(&self, d: Duration) -> Result<T, RecvTimeoutError> {
         let mut slot = MaybeUninit::<T>::uninit();
-        let cases = &mut [crate::select::Scase::recv(&self.c, slot.as_mut_ptr().cast())];
+        let cases = &mut [crate::select::Scase::recv(
+            &self.c,
+            slot.as_mut_ptr().cast(),
+        )];
         match crate::select::selectgo(cases, true, crate::time::deadline_after(d)) {
             // SAFETY: received: initialised.
             crate::select::Selected::Case(_, true) => Ok(unsafe { slot.assume_init() }),
@@ -786,7 +814,10 @@ impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
         // Relaxed: a new handle from an existing one (as Arc's clone).
         self.c.senders.fetch_add(1, Ordering::Relaxed);
-        Sender { c: self.c.clone(), _t: PhantomData }
+        Sender {
+            c: self.c.clone(),
+            _t: PhantomData,
+        }
     }
 }
 
@@ -794,7 +825,10 @@ impl<T> Clone for Receiver<T> {
     fn clone(&self) -> Self {
         // Relaxed: as above.
         self.c.receivers.fetch_add(1, Ordering::Relaxed);
-        Receiver { c: self.c.clone(), _t: PhantomData }
+        Receiver {
+            c: self.c.clone(),
+            _t: PhantomData,
+        }
     }
 }
 
@@ -818,12 +852,18 @@ impl<T> Drop for Receiver<T> {
 
 impl<T> std::fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sender").field("len", &self.len()).field("cap", &self.capacity()).finish()
+        f.debug_struct("Sender")
+            .field("len", &self.len())
+            .field("cap", &self.capacity())
+            .finish()
     }
 }
 
 impl<T> std::fmt::Debug for Receiver<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Receiver").field("len", &self.len()).field("cap", &self.capacity()).finish()
+        f.debug_struct("Receiver")
+            .field("len", &self.len())
+            .field("cap", &self.capacity())
+            .finish()
     }
 }

@@ -76,6 +76,10 @@ pub(crate) struct G {
     pub(crate) preempt: AtomicBool,
     /// Name from Builder::name, for diagnostics.
     pub(crate) name: Cell<Option<&'static str>>,
+    /// The M this G is locked to by lock_os_thread (Go's g.lockedm), and
+    /// the nesting count. Written only by the G itself.
+    pub(crate) lockedm: Cell<*mut M>,
+    pub(crate) locked_count: Cell<u32>,
     /// Goroutine-local storage (local.rs owns the representation); null
     /// when the G has none. Touched only by the G itself.
     pub(crate) locals: Cell<*mut u8>,
@@ -105,6 +109,8 @@ impl G {
             selgen: AtomicU64::new(0),
             preempt: AtomicBool::new(false),
             name: Cell::new(None),
+            lockedm: Cell::new(ptr::null_mut()),
+            locked_count: Cell::new(0),
             locals: Cell::new(ptr::null_mut()),
             stack_released: Cell::new(false),
         }))

@@ -61,8 +61,8 @@ mod timer;
 pub mod time;
 
 pub use chan::{
-    chan, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender, TryRecvError,
-    TrySendError,
+    chan, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
+    Sender, TryRecvError, TrySendError,
 };
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;
@@ -100,7 +100,13 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        Config { max_procs: os::ncpu().clamp(1, MAX_PROCS), stack_size: 256 << 10, preempt: true, schedtrace_ms: 0, scheddetail: false }
+        Config {
+            max_procs: os::ncpu().clamp(1, MAX_PROCS),
+            stack_size: 256 << 10,
+            preempt: true,
+            schedtrace_ms: 0,
+            scheddetail: false,
+        }
     }
 }
 
@@ -120,7 +126,10 @@ impl Config {
         if let Ok(v) = std::env::var("GODEBUG") {
             for kv in v.split(',') {
                 let mut it = kv.splitn(2, '=');
-                let (k, val) = (it.next().unwrap_or("").trim(), it.next().unwrap_or("").trim());
+                let (k, val) = (
+                    it.next().unwrap_or("").trim(),
+                    it.next().unwrap_or("").trim(),
+                );
                 match k {
                     "schedtrace" => c.schedtrace_ms = val.parse().unwrap_or(0),
                     "scheddetail" => c.scheddetail = val == "1",
@@ -153,7 +162,10 @@ impl Config {
     /// Checks that the configuration can run.
     pub fn validate(&self) -> Result<(), Error> {
         if self.max_procs == 0 || self.max_procs > MAX_PROCS {
-            return Err(Error::InvalidConfig(format!("max_procs must be in 1..={MAX_PROCS}, got {}", self.max_procs)));
+            return Err(Error::InvalidConfig(format!(
+                "max_procs must be in 1..={MAX_PROCS}, got {}",
+                self.max_procs
+            )));
         }
         if self.stack_size < MIN_STACK_SIZE {
             return Err(Error::InvalidConfig(format!(
@@ -162,7 +174,10 @@ impl Config {
             )));
         }
         if self.stack_size > (1usize << 40) {
-            return Err(Error::InvalidConfig(format!("stack_size {} is larger than 1 TiB", self.stack_size)));
+            return Err(Error::InvalidConfig(format!(
+                "stack_size {} is larger than 1 TiB",
+                self.stack_size
+            )));
         }
         Ok(())
     }
@@ -184,7 +199,9 @@ impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Error::InvalidConfig(s) => write!(f, "goro: invalid config: {s}"),
-            Error::AlreadyRunning => f.write_str("goro: runtime already running with a different config"),
+            Error::AlreadyRunning => {
+                f.write_str("goro: runtime already running with a different config")
+            }
             Error::Io(e) => write!(f, "goro: {e}"),
         }
     }
@@ -200,7 +217,11 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 pub fn start(config: Config) -> Result<(), Error> {
     config.validate()?;
     if sched::started() {
-        return if CONFIG.get() == Some(&config) { Ok(()) } else { Err(Error::AlreadyRunning) };
+        return if CONFIG.get() == Some(&config) {
+            Ok(())
+        } else {
+            Err(Error::AlreadyRunning)
+        };
     }
     let _ = CONFIG.set(config.clone());
     if CONFIG.get() != Some(&config) {
@@ -276,10 +297,31 @@ pub fn current_id() -> Option<u64> {
     }
 }
 
+/// Wires the calling goroutine to its current OS thread (Go's
+/// runtime.LockOSThread): until as many [`unlock_os_thread`] calls, it runs
+/// only on this thread and the thread runs nothing else. When it parks, the
+/// thread hands its P to another thread and sleeps; when it is readied, a P
+/// is handed back to this thread. If the goroutine exits while locked, the
+/// thread is retired (never reused; Go terminates it). Calls nest. Use for
+/// thread-affine state (thread-locals that must stay put, OS thread
+/// attributes). No-op outside a goroutine.
+pub fn lock_os_thread() {
+    park::lock_os_thread();
+}
+
+/// Undoes one [`lock_os_thread`] (Go's runtime.UnlockOSThread); extra calls
+/// are no-ops. No-op outside a goroutine.
+pub fn unlock_os_thread() {
+    park::unlock_os_thread();
+}
+
 /// Live goroutines: runnable, running, waiting or in a syscall (Go's
 /// runtime.NumGoroutine).
 pub fn num_goroutine() -> usize {
-    sched::SCHED.ngoroutines.load(std::sync::atomic::Ordering::Relaxed).max(0) as usize
+    sched::SCHED
+        .ngoroutines
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .max(0) as usize
 }
 
 /// The current number of Ps (GOMAXPROCS). Starts the runtime if needed.
@@ -334,7 +376,7 @@ pub fn stats() -> Stats {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::select::{RecvSlot, Scase, SendSlot, __select};
+    pub use crate::select::{__select, RecvSlot, Scase, SendSlot};
 }
 
 /// Microbenchmark hooks (not public API).

@@ -27,7 +27,9 @@ pub(crate) struct Note {
 
 impl Note {
     pub(crate) const fn new() -> Note {
-        Note { key: AtomicU32::new(0) }
+        Note {
+            key: AtomicU32::new(0),
+        }
     }
 
     /// Go's notewakeup. Any thread. Release pairs with the sleeper's Acquire:
@@ -57,7 +59,11 @@ impl Note {
             if now >= deadline {
                 return false;
             }
-            crate::os::futex_wait(&self.key, 0, Some(Duration::from_nanos((deadline - now) as u64)));
+            crate::os::futex_wait(
+                &self.key,
+                0,
+                Some(Duration::from_nanos((deadline - now) as u64)),
+            );
         }
     }
 
@@ -105,6 +111,12 @@ pub(crate) struct M {
     /// Runtime locks held / critical sections (Go's m.locks); >0 forbids
     /// preemption.
     pub(crate) locks: Cell<i32>,
+    /// The G locked to this M by lock_os_thread (Go's m.lockedg): this M
+    /// runs nothing else, and sleeps on `park` while that G is not running.
+    pub(crate) lockedg: Cell<*mut G>,
+    /// Retired: a locked G exited without unlocking; the thread never runs
+    /// another goroutine (Go terminates it).
+    pub(crate) retired: Cell<bool>,
     /// The thread's live FP control state as of the last mcall (x86_64:
     /// MXCSR | x87 CW << 32), handed to gogo so it reloads them only when a
     /// goroutine's saved state differs. g0 code never changes it.
@@ -133,10 +145,14 @@ impl M {
             park: Note::new(),
             schedlink: Cell::new(ptr::null_mut()),
             procid: AtomicI32::new(0),
-            fastrand: Cell::new(0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)),
+            fastrand: Cell::new(
+                0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
+            ),
             waitunlockf: Cell::new(None),
             waitlock: Cell::new(ptr::null_mut()),
             locks: Cell::new(0),
+            lockedg: Cell::new(ptr::null_mut()),
+            retired: Cell::new(false),
             live_fp: Cell::new(0),
             gsignal: Cell::new((0, 0)),
         }))

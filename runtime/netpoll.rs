@@ -29,7 +29,10 @@ pub(crate) fn init() -> std::io::Result<()> {
     if ev < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let mut e = libc::epoll_event { events: libc::EPOLLIN as u32, u64: BREAK_TOKEN };
+    let mut e = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: BREAK_TOKEN,
+    };
     // SAFETY: ep and ev are fds we own; e is a valid event.
     if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, ev, &mut e) } < 0 {
         return Err(std::io::Error::last_os_error());
@@ -43,7 +46,10 @@ pub(crate) fn init() -> std::io::Result<()> {
 /// Go's netpollBreak: wakes an M blocked in `netpoll`. Any thread.
 pub(crate) fn netpoll_break() {
     // AcqRel: only the first breaker writes; the poller's reset pairs with it.
-    if WAKE_SIG.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+    if WAKE_SIG
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
         return;
     }
     let one: u64 = 1;
@@ -82,7 +88,11 @@ fn wait(ep: i32, events: &mut [libc::epoll_event], delay: i64) -> i32 {
             tv_sec: (delay.max(0) / 1_000_000_000) as libc::time_t,
             tv_nsec: (delay.max(0) % 1_000_000_000) as libc::c_long,
         };
-        let tsp = if delay < 0 { core::ptr::null() } else { &ts as *const libc::timespec };
+        let tsp = if delay < 0 {
+            core::ptr::null()
+        } else {
+            &ts as *const libc::timespec
+        };
         // SAFETY: events is a valid buffer of events.len() entries; tsp is
         // null or a valid timespec; no signal mask is passed.
         let r = unsafe {

@@ -52,7 +52,10 @@ pub(crate) fn futex_wake(addr: *const AtomicU32, n: i32) {
 /// Monotonic time in ns since an arbitrary origin. Go's nanotime.
 #[inline]
 pub(crate) fn nanotime() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
@@ -79,7 +82,9 @@ pub(crate) fn osyield() {
 /// quota, both honoured by std. Go's getproccount (which reads only the
 /// affinity mask).
 pub(crate) fn ncpu() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 /// The system page size in bytes.

@@ -23,7 +23,13 @@ fn mcall(f: arch::McallFn) {
     unsafe {
         let m = &*getm();
         let gp = m.curg.get();
-        arch::mcall((*gp).gobuf(), m.g0_sp.get(), f, gp.cast(), m.live_fp.as_ptr());
+        arch::mcall(
+            (*gp).gobuf(),
+            m.g0_sp.get(),
+            f,
+            gp.cast(),
+            m.live_fp.as_ptr(),
+        );
     }
 }
 
@@ -124,9 +130,54 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
     g.name.set(None);
     g.preempt.store(false, Ordering::Relaxed);
     SCHED.ngoroutines.fetch_sub(1, Ordering::Relaxed); // statistics only
+    let locked = !g.lockedm.replace(core::ptr::null_mut()).is_null();
+    g.locked_count.set(0);
     // SAFETY: we hold the M's P.
     sched::gfput(unsafe { &*m.p.get() }, gp);
+    if locked {
+        sched::retire_locked_m(m);
+    }
     sched::schedule()
+}
+
+/// Go's LockOSThread: wire the calling goroutine to its current OS thread
+/// until as many `unlock_os_thread` calls. Outside a goroutine: no-op.
+pub(crate) fn lock_os_thread() {
+    let gp = crate::m::getg();
+    if gp.is_null() {
+        return;
+    }
+    // SAFETY: the running G on this thread's M; only it touches these.
+    let (m, g) = unsafe { (&*getm(), &*gp) };
+    let n = g.locked_count.get();
+    if n == u32::MAX {
+        crate::throw::throw("LockOSThread nesting overflow");
+    }
+    g.locked_count.set(n + 1);
+    if n == 0 {
+        g.lockedm.set(m as *const M as *mut M);
+        m.lockedg.set(gp);
+    }
+}
+
+/// Go's UnlockOSThread: undo one `lock_os_thread`; at zero the goroutine
+/// may migrate again. Extra calls are no-ops (as in Go).
+pub(crate) fn unlock_os_thread() {
+    let gp = crate::m::getg();
+    if gp.is_null() {
+        return;
+    }
+    // SAFETY: as in lock_os_thread.
+    let (m, g) = unsafe { (&*getm(), &*gp) };
+    let n = g.locked_count.get();
+    if n == 0 {
+        return;
+    }
+    g.locked_count.set(n - 1);
+    if n == 1 {
+        g.lockedm.set(core::ptr::null_mut());
+        m.lockedg.set(core::ptr::null_mut());
+    }
 }
 
 /// Cooperative preemption point: yield if sysmon or stop-the-world asked
@@ -154,7 +205,10 @@ pub(crate) struct Parker {
 
 impl Parker {
     pub(crate) const fn new() -> Parker {
-        Parker { flag: AtomicU32::new(0), param: AtomicUsize::new(0) }
+        Parker {
+            flag: AtomicU32::new(0),
+            param: AtomicUsize::new(0),
+        }
     }
 
     /// Blocks the thread until `unpark`.
@@ -215,7 +269,10 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
         }
         None => {
             sched::globrunqput_and_wake(gp);
-            sched::stopm_pub(m);
+            // A locked M waits in schedule (stoplockedm) for its G instead.
+            if m.lockedg.get().is_null() {
+                sched::stopm_pub(m);
+            }
             sched::schedule()
         }
     }

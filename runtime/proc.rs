@@ -48,7 +48,11 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     park::preempt_check();
     let mp = getm();
     // SAFETY: this thread's M, if any; its P is stable while we run on it.
-    let pp = if mp.is_null() { ptr::null_mut() } else { unsafe { (*mp).p.get() } };
+    let pp = if mp.is_null() {
+        ptr::null_mut()
+    } else {
+        unsafe { (*mp).p.get() }
+    };
     // SAFETY: pp is held by this M.
     let p = unsafe { pp.as_ref() };
     let want = match stack_size {
@@ -83,7 +87,10 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
                     }
                     return Err(std::io::Error::new(
                         e.kind(),
-                        format!("goro: cannot allocate a {} KiB goroutine stack: {e}", want >> 10),
+                        format!(
+                            "goro: cannot allocate a {} KiB goroutine stack: {e}",
+                            want >> 10
+                        ),
                     ));
                 }
             }
@@ -196,13 +203,21 @@ impl<T> JoinHandle<T> {
         // Acquire: pairs with complete's Release.
         if p.state.load(Ordering::Acquire) != DONE {
             let gp = crate::m::getg();
-            let w = Waiter { g: gp, parker: Parker::new() };
+            let w = Waiter {
+                g: gp,
+                parker: Parker::new(),
+            };
             if !gp.is_null() {
                 let args: (*const AtomicUsize, *const Waiter) = (&p.state, &w);
                 park::gopark(Some(join_commit), &args as *const _ as *mut u8);
             } else if p
                 .state
-                .compare_exchange(PENDING, &w as *const Waiter as usize, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(
+                    PENDING,
+                    &w as *const Waiter as usize,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
                 .is_ok()
             {
                 w.parker.park();
@@ -233,12 +248,19 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
 }
 
 /// Spawns with options; shared by `spawn` and `Builder::spawn`.
-pub(crate) fn spawn_with<F, T>(f: F, stack_size: Option<usize>, name: Option<&'static str>) -> std::io::Result<JoinHandle<T>>
+pub(crate) fn spawn_with<F, T>(
+    f: F,
+    stack_size: Option<usize>,
+    name: Option<&'static str>,
+) -> std::io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let packet = Arc::new(Packet { state: AtomicUsize::new(PENDING), result: UnsafeCell::new(None) });
+    let packet = Arc::new(Packet {
+        state: AtomicUsize::new(PENDING),
+        result: UnsafeCell::new(None),
+    });
     let their = packet.clone();
     let id = newproc(
         move || {
@@ -250,7 +272,11 @@ where
         stack_size,
         name,
     )?;
-    Ok(JoinHandle { packet, id, _t: PhantomData })
+    Ok(JoinHandle {
+        packet,
+        id,
+        _t: PhantomData,
+    })
 }
 
 /// Spawns a goroutine running `f` (Go's `go f()`); `go!` is the same.

@@ -112,14 +112,22 @@ impl<T> Local<T> {
         if n != LOCAL_CAP / 2 {
             crate::throw::throw("runqputslow: queue is not full");
         }
-        let mut o = Overflow { batch: [ptr::null_mut(); LOCAL_CAP / 2 + 1], n: n + 1 };
+        let mut o = Overflow {
+            batch: [ptr::null_mut(); LOCAL_CAP / 2 + 1],
+            n: n + 1,
+        };
         for i in 0..n {
             o.batch[i] = self.buf[(h as usize + i) % LOCAL_CAP].load(Ordering::Relaxed);
         }
         // AcqRel: consumes the slots read above (see module doc).
         if self
             .head
-            .compare_exchange(h, h.wrapping_add(n as u32), Ordering::AcqRel, Ordering::Relaxed)
+            .compare_exchange(
+                h,
+                h.wrapping_add(n as u32),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
             .is_err()
         {
             return None;
@@ -163,7 +171,13 @@ impl<T> Local<T> {
     /// and an empty ring, take runnext; `victim_running` makes it first wait
     /// ~3 µs, because a running G that just readied runnext is usually about
     /// to block and run it itself (Go: "a sync chan send/recv takes ~50ns").
-    fn grab(&self, dst: &Local<T>, dst_head: u32, steal_runnext: bool, victim_running: bool) -> u32 {
+    fn grab(
+        &self,
+        dst: &Local<T>,
+        dst_head: u32,
+        steal_runnext: bool,
+        victim_running: bool,
+    ) -> u32 {
         loop {
             let h = self.head.load(Ordering::Acquire);
             // Acquire pairs with the owner's Release store of tail.
@@ -179,7 +193,12 @@ impl<T> Local<T> {
                         }
                         if self
                             .runnext
-                            .compare_exchange(next, ptr::null_mut(), Ordering::AcqRel, Ordering::Relaxed)
+                            .compare_exchange(
+                                next,
+                                ptr::null_mut(),
+                                Ordering::AcqRel,
+                                Ordering::Relaxed,
+                            )
                             .is_err()
                         {
                             continue;
@@ -195,7 +214,8 @@ impl<T> Local<T> {
             }
             for i in 0..n {
                 let g = self.buf[(h.wrapping_add(i)) as usize % LOCAL_CAP].load(Ordering::Relaxed);
-                dst.buf[(dst_head.wrapping_add(i)) as usize % LOCAL_CAP].store(g, Ordering::Relaxed);
+                dst.buf[(dst_head.wrapping_add(i)) as usize % LOCAL_CAP]
+                    .store(g, Ordering::Relaxed);
             }
             if self
                 .head
@@ -209,7 +229,12 @@ impl<T> Local<T> {
 
     /// Go's runqsteal: steal half of `victim`'s queue into `self` (whose
     /// owner must be the caller) and return one G to run. Owner of `self` only.
-    pub(crate) fn steal_from(&self, victim: &Local<T>, steal_runnext: bool, victim_running: bool) -> Option<*mut T> {
+    pub(crate) fn steal_from(
+        &self,
+        victim: &Local<T>,
+        steal_runnext: bool,
+        victim_running: bool,
+    ) -> Option<*mut T> {
         let t = self.tail.load(Ordering::Relaxed); // owner's own variable
         let mut n = victim.grab(self, t, steal_runnext, victim_running);
         if n == 0 {

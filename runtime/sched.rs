@@ -44,7 +44,9 @@ use crate::runq::LOCAL_CAP;
 use crate::stack;
 use crate::{arch, netpoll, os};
 use core::ptr;
-use core::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    fence, AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
+};
 use parking_lot::{Mutex, MutexGuard};
 
 /// Largest GOMAXPROCS accepted (Ps are preallocated slots in `ALLP`).
@@ -142,7 +144,8 @@ pub(crate) static SCHED: Sched = Sched {
 
 /// All Ps ever created, indexed by id; slots < gomaxprocs are live. Ps are
 /// never freed, so any M may read any slot without a snapshot.
-pub(crate) static ALLP: [AtomicPtr<P>; MAX_PROCS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_PROCS];
+pub(crate) static ALLP: [AtomicPtr<P>; MAX_PROCS] =
+    [const { AtomicPtr::new(ptr::null_mut()) }; MAX_PROCS];
 
 /// The P with index `i` (must exist).
 #[inline]
@@ -285,7 +288,9 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     if STARTED.load(Ordering::Acquire) {
         return Ok(false);
     }
-    SCHED.stack_size.store(stack::round_size(cfg.stack_size), Ordering::Relaxed);
+    SCHED
+        .stack_size
+        .store(stack::round_size(cfg.stack_size), Ordering::Relaxed);
     netpoll::init()?;
     crate::signal::init();
     SCHED.lastpoll.store(os::nanotime(), Ordering::Relaxed);
@@ -439,7 +444,10 @@ pub(crate) fn wakep() {
     }
     // Be conservative about spinning Ms: at most one is woken at a time.
     if SCHED.nmspinning.load(Ordering::SeqCst) != 0
-        || SCHED.nmspinning.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_err()
+        || SCHED
+            .nmspinning
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
     {
         return;
     }
@@ -480,7 +488,9 @@ pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
 /// Go's newm: create an OS thread for a new M that will run `pp`.
 fn newm(id: i64, pp: *mut P, spinning: bool) {
     if id >= MAX_M {
-        crate::throw::throwf(format_args!("thread exhaustion: program exceeds {MAX_M}-thread limit"));
+        crate::throw::throwf(format_args!(
+            "thread exhaustion: program exceeds {MAX_M}-thread limit"
+        ));
     }
     let mp = M::new(id);
     // SAFETY: fresh M, not yet shared.
@@ -495,7 +505,9 @@ fn newm(id: i64, pp: *mut P, spinning: bool) {
         .stack_size(crate::m::G0_STACK_SIZE)
         .spawn(move || mstart(mpu as *mut M));
     if let Err(e) = r {
-        crate::throw::throwf(format_args!("runtime: failed to create new OS thread (have {id} already): {e}"));
+        crate::throw::throwf(format_args!(
+            "runtime: failed to create new OS thread (have {id} already): {e}"
+        ));
     }
 }
 
@@ -557,7 +569,10 @@ pub(crate) fn handoffp(pp: *mut P) {
     // No local work: if nobody is spinning or idle, start a spinner so
     // global/stealable work is found.
     if SCHED.nmspinning.load(Ordering::SeqCst) + SCHED.npidle.load(Ordering::SeqCst) == 0
-        && SCHED.nmspinning.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok()
+        && SCHED
+            .nmspinning
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
     {
         startm(pp, true);
         return;
@@ -578,7 +593,9 @@ pub(crate) fn handoffp(pp: *mut P) {
     }
     // If this is the last running P and nobody is polling, keep an M for
     // timers and the network.
-    if SCHED.npidle.load(Ordering::Relaxed) == gomaxprocs() as i32 - 1 && SCHED.lastpoll.load(Ordering::Relaxed) != 0 {
+    if SCHED.npidle.load(Ordering::Relaxed) == gomaxprocs() as i32 - 1
+        && SCHED.lastpoll.load(Ordering::Relaxed) != 0
+    {
         drop(s);
         startm(pp, false);
         return;
@@ -611,11 +628,64 @@ pub(crate) fn wake_netpoller(when: i64) {
 pub(crate) fn schedule() -> ! {
     // SAFETY: called on g0 of the current thread's M.
     let m = unsafe { &*getm() };
-    let (gp, inherit) = find_runnable(m);
-    if m.spinning.get() {
-        resetspinning(m);
+    let lg = m.lockedg.get();
+    if !lg.is_null() {
+        // This M runs only its locked G: give the P away until it is ready.
+        stoplockedm(m);
+        execute(m, lg, false);
     }
-    execute(m, gp, inherit)
+    loop {
+        let (gp, inherit) = find_runnable(m);
+        if m.spinning.get() {
+            resetspinning(m);
+        }
+        // SAFETY: gp is Runnable and ours.
+        if !unsafe { (*gp).lockedm.get() }.is_null() {
+            // Locked to another M: hand it our P and let it run gp.
+            startlockedm(m, gp);
+            continue;
+        }
+        execute(m, gp, inherit)
+    }
+}
+
+/// Go's stoplockedm: the locked G of `m` is not running; hand off the P
+/// and sleep until startlockedm hands a P back with the G runnable. g0.
+fn stoplockedm(m: &M) {
+    let pp = m.p.get();
+    if !pp.is_null() {
+        releasep(m);
+        handoffp(pp);
+    }
+    m.park.sleep();
+    m.park.clear();
+    let pp = m.nextp.replace(ptr::null_mut());
+    acquirep(m, pp);
+}
+
+/// Go's startlockedm: `gp` (Runnable) is locked to another M: give that M
+/// our P and wake it, then stop this M. g0.
+fn startlockedm(m: &M, gp: *mut G) {
+    // SAFETY: gp is ours (dequeued); its lockedm is an M asleep in stoplockedm.
+    let lm = unsafe { &*(*gp).lockedm.get() };
+    let pp = releasep(m);
+    lm.nextp.set(pp);
+    lm.park.wakeup();
+    stopm(m);
+}
+
+/// Go's goexit0 for a G that exits while locked: this M's thread state
+/// may have been changed for that G, so it never runs another goroutine
+/// (Go terminates the thread; goro retires it: it sleeps forever). g0.
+pub(crate) fn retire_locked_m(m: &M) -> ! {
+    m.lockedg.set(ptr::null_mut());
+    m.retired.set(true);
+    let pp = releasep(m);
+    handoffp(pp);
+    loop {
+        m.park.sleep();
+        m.park.clear();
+    }
 }
 
 /// Go's resetspinning: this M found work; stop spinning and, if it was the
@@ -660,7 +730,9 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
 
         // Fairness: a G from the global queue now and then, so two
         // goroutines respawning each other cannot starve it.
-        if pp.schedtick.get() % GLOBAL_FAIRNESS_TICK == 0 && SCHED.runqsize.load(Ordering::Relaxed) > 0 {
+        if pp.schedtick.get() % GLOBAL_FAIRNESS_TICK == 0
+            && SCHED.runqsize.load(Ordering::Relaxed) > 0
+        {
             let gp = SCHED.lock.lock().globrunqget(pp, 1);
             if !gp.is_null() {
                 return (gp, false);
@@ -679,7 +751,10 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
 
         // Spin: steal, but cap spinners at half the busy Ps.
         let procs = gomaxprocs() as i32;
-        if m.spinning.get() || 2 * SCHED.nmspinning.load(Ordering::SeqCst) < procs - SCHED.npidle.load(Ordering::SeqCst) {
+        if m.spinning.get()
+            || 2 * SCHED.nmspinning.load(Ordering::SeqCst)
+                < procs - SCHED.npidle.load(Ordering::SeqCst)
+        {
             if !m.spinning.get() {
                 m.spinning.set(true);
                 SCHED.nmspinning.fetch_add(1, Ordering::SeqCst);
@@ -878,7 +953,12 @@ impl RandomOrder {
         while gcd(inc, n) != 1 {
             inc = inc % n + 1;
         }
-        RandomOrder { n, pos: r as usize % n, inc, left: n }
+        RandomOrder {
+            n,
+            pos: r as usize % n,
+            inc,
+            left: n,
+        }
     }
 }
 

@@ -30,10 +30,18 @@ pub struct Scase {
 
 impl Scase {
     pub(crate) fn send(c: &Arc<Hchan>, elem: *mut u8) -> Scase {
-        Scase { c: Arc::as_ptr(c), elem, is_send: true }
+        Scase {
+            c: Arc::as_ptr(c),
+            elem,
+            is_send: true,
+        }
     }
     pub(crate) fn recv(c: &Arc<Hchan>, elem: *mut u8) -> Scase {
-        Scase { c: Arc::as_ptr(c), elem, is_send: false }
+        Scase {
+            c: Arc::as_ptr(c),
+            elem,
+            is_send: false,
+        }
     }
     fn chan(&self) -> &Hchan {
         // SAFETY: the typed slot that built this case borrows the channel
@@ -235,7 +243,12 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
         unsafe { cases[i].chan().enqueue(sg, cases[i].is_send) };
     }
     let param = if !gp.is_null() {
-        let args = ParkArgs { cases, lockorder, deadline, seq };
+        let args = ParkArgs {
+            cases,
+            lockorder,
+            deadline,
+            seq,
+        };
         park::gopark(Some(selparkcommit), &args as *const ParkArgs<'_> as *mut u8);
         // SAFETY: gp is us, running again.
         unsafe { (*gp).param.swap(0, Ordering::Relaxed) }
@@ -245,7 +258,10 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
             Some(d) => {
                 if !parker.park_deadline(d) {
                     // Timed out: claim our own wait, unless a channel did.
-                    if gen.compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+                    if gen
+                        .compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_err()
+                    {
                         parker.park(); // the winner is about to unpark us
                     }
                 }
@@ -307,7 +323,10 @@ pub struct RecvSlot<'a, T> {
 impl<'a, T> RecvSlot<'a, T> {
     #[doc(hidden)]
     pub fn new(rx: &'a Receiver<T>) -> Self {
-        RecvSlot { rx, val: MaybeUninit::uninit() }
+        RecvSlot {
+            rx,
+            val: MaybeUninit::uninit(),
+        }
     }
     #[doc(hidden)]
     pub fn case(&mut self) -> Scase {
@@ -336,7 +355,11 @@ pub struct SendSlot<'a, T> {
 impl<'a, T> SendSlot<'a, T> {
     #[doc(hidden)]
     pub fn new(tx: &'a Sender<T>, v: T) -> Self {
-        SendSlot { tx, val: MaybeUninit::new(v), live: true }
+        SendSlot {
+            tx,
+            val: MaybeUninit::new(v),
+            live: true,
+        }
     }
     #[doc(hidden)]
     pub fn case(&mut self) -> Scase {

@@ -63,7 +63,11 @@ pub(crate) fn minit(m: &M) {
     }
     // SAFETY: the lowest page of our own mapping becomes its guard.
     unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
-    let ss = libc::stack_t { ss_sp: (p as usize + page) as *mut _, ss_flags: 0, ss_size: SIGSTACK_SIZE };
+    let ss = libc::stack_t {
+        ss_sp: (p as usize + page) as *mut _,
+        ss_flags: 0,
+        ss_size: SIGSTACK_SIZE,
+    };
     // SAFETY: ss describes memory we own for the thread's lifetime.
     if unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) } != 0 {
         crate::throw::throw("minit: sigaltstack failed");
@@ -98,7 +102,13 @@ fn report_overflow(lo: usize, size: usize) -> ! {
         }
     }
     let kib = crate::throw::fmt_u64((size >> 10) as u64, &mut kib_buf);
-    crate::throw::write_stderr(&["goroutine ", id, " has overflowed its stack (reserved ", kib, " KiB)"]);
+    crate::throw::write_stderr(&[
+        "goroutine ",
+        id,
+        " has overflowed its stack (reserved ",
+        kib,
+        " KiB)",
+    ]);
     if let Some(n) = name {
         crate::throw::write_stderr(&[" [", n, "]"]);
     }
@@ -115,7 +125,11 @@ fn report_overflow(lo: usize, size: usize) -> ! {
 /// Passes a fault we do not own to the previous handler, or re-raises it
 /// with the default action.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let old = if sig == libc::SIGSEGV { &OLD_SEGV } else { &OLD_BUS };
+    let old = if sig == libc::SIGSEGV {
+        &OLD_SEGV
+    } else {
+        &OLD_BUS
+    };
     let oldp = old.load(Ordering::Acquire) as *const libc::sigaction;
     if !oldp.is_null() {
         // SAFETY: oldp was filled by sigaction in init and is never freed.

@@ -128,7 +128,11 @@ pub(crate) fn alloc(size: usize) -> std::io::Result<Stack> {
     let idx = match pool.iter().position(|c| c.slot == slot) {
         Some(i) => i,
         None => {
-            pool.push(Class { slot, arena: None, free: Vec::new() });
+            pool.push(Class {
+                slot,
+                arena: None,
+                free: Vec::new(),
+            });
             pool.len() - 1
         }
     };
@@ -149,7 +153,10 @@ pub(crate) fn alloc(size: usize) -> std::io::Result<Stack> {
     drop(pool);
     install_guard(base, page)?;
     STACKS_RESERVED.fetch_add(1, Ordering::Relaxed); // statistics only
-    Ok(Stack { lo: base + page, hi: base + slot })
+    Ok(Stack {
+        lo: base + page,
+        hi: base + slot,
+    })
 }
 
 /// Returns a stack to the cache, releasing its cold pages first.
@@ -189,7 +196,10 @@ fn new_arena(slot: usize) -> std::io::Result<Arena> {
         ARENA_SLOT[i].store(slot, Ordering::Relaxed);
         NARENAS.store(i + 1, Ordering::Release);
     }
-    Ok(Arena { next: base, end: base + len })
+    Ok(Arena {
+        next: base,
+        end: base + len,
+    })
 }
 
 fn install_guard(addr: usize, page: usize) -> std::io::Result<()> {

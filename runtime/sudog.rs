@@ -98,7 +98,10 @@ pub(crate) struct WaitQ {
 
 impl WaitQ {
     pub(crate) const fn new() -> WaitQ {
-        WaitQ { first: ptr::null_mut(), last: ptr::null_mut() }
+        WaitQ {
+            first: ptr::null_mut(),
+            last: ptr::null_mut(),
+        }
     }
 
     /// Racy peek for fast paths (Go reads c.recvq.first without the lock).

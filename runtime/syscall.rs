@@ -27,7 +27,10 @@ pub struct SyscallGuard {
 pub fn enter_syscall() -> SyscallGuard {
     let gp = crate::m::getg();
     if gp.is_null() {
-        return SyscallGuard { active: false, _not_send: core::marker::PhantomData };
+        return SyscallGuard {
+            active: false,
+            _not_send: core::marker::PhantomData,
+        };
     }
     // SAFETY: on a user G: this thread's M and its running G.
     let (m, g) = unsafe { (&*getm(), &*gp) };
@@ -38,7 +41,10 @@ pub fn enter_syscall() -> SyscallGuard {
     m.oldp.set(pp);
     crate::sysmon::HANDOFFS.fetch_add(1, Ordering::Relaxed); // statistics only
     sched::handoffp(pp);
-    SyscallGuard { active: true, _not_send: core::marker::PhantomData }
+    SyscallGuard {
+        active: true,
+        _not_send: core::marker::PhantomData,
+    }
 }
 
 /// Go's exitsyscall: reacquire a P (any idle one), or queue the goroutine

@@ -33,7 +33,10 @@ struct PTick {
 /// Starts the sysmon thread.
 pub(crate) fn start(cfg: &crate::Config) {
     SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
-    let r = std::thread::Builder::new().name("goro-sysmon".into()).stack_size(64 << 10).spawn(sysmon);
+    let r = std::thread::Builder::new()
+        .name("goro-sysmon".into())
+        .stack_size(64 << 10)
+        .spawn(sysmon);
     if let Err(e) = r {
         crate::throw::throwf(format_args!("runtime: cannot start sysmon: {e}"));
     }

@@ -20,7 +20,11 @@ pub(crate) fn add_timer(when: i64, action: Action) {
     crate::ensure_started();
     let mp = getm();
     // SAFETY: this thread's M, if any.
-    let pp = if mp.is_null() { core::ptr::null_mut() } else { unsafe { (*mp).p.get() } };
+    let pp = if mp.is_null() {
+        core::ptr::null_mut()
+    } else {
+        unsafe { (*mp).p.get() }
+    };
     let timers = if pp.is_null() {
         &crate::sched::allp(0).timers
     } else {

@@ -57,7 +57,13 @@ pub(crate) struct Timers {
 
 impl Timers {
     pub(crate) const fn new() -> Timers {
-        Timers { heap: Mutex::new(Heap { t: Vec::new(), seq: 0 }), timer0_when: AtomicI64::new(0) }
+        Timers {
+            heap: Mutex::new(Heap {
+                t: Vec::new(),
+                seq: 0,
+            }),
+            timer0_when: AtomicI64::new(0),
+        }
     }
 
     /// Earliest deadline, 0 if none.
@@ -127,7 +133,10 @@ impl Timers {
                     // SAFETY: Gs are never freed; the CAS decides ownership.
                     let g = unsafe { &*gp };
                     // AcqRel: winning makes us the G's only waker.
-                    if g.selgen.compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    if g.selgen
+                        .compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    {
                         g.param.store(0, Ordering::Relaxed);
                         crate::park::goready(gp);
                     }
@@ -137,7 +146,9 @@ impl Timers {
                     if period > 0 && !tx.is_closed() {
                         // Go: when + period*(1 + (now-when)/period).
                         let delta = now - t.when;
-                        let when = t.when.saturating_add(period.saturating_mul(1 + delta / period));
+                        let when = t
+                            .when
+                            .saturating_add(period.saturating_mul(1 + delta / period));
                         self.add(when, Action::Send { tx, period });
                     }
                 }
@@ -188,7 +199,11 @@ mod tests {
         let mut v = Vec::new();
         let whens = [50, 10, 40, 10, 30, 20, 60, 5, 5, 70, 1];
         for (seq, &w) in whens.iter().enumerate() {
-            v.push(Timer { when: w, seq: seq as u64, action: Action::Ready(core::ptr::null_mut()) });
+            v.push(Timer {
+                when: w,
+                seq: seq as u64,
+                action: Action::Ready(core::ptr::null_mut()),
+            });
             let i = v.len() - 1;
             sift_up(&mut v, i);
         }

@@ -79,7 +79,13 @@ pub(crate) unsafe fn gogo(sp: usize, live_fp: u64) -> ! {
 /// no live frames below it; `f` must not return; `save` must stay valid until
 /// the goroutine is resumed.
 #[inline(always)]
-pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, f: McallFn, arg: *mut u8, live_fp: *mut u64) {
+pub(crate) unsafe fn mcall(
+    save: *mut Gobuf,
+    g0_sp: usize,
+    f: McallFn,
+    arg: *mut u8,
+    live_fp: *mut u64,
+) {
     // SAFETY: guaranteed by the caller.
     unsafe { goro_mcall(save.cast(), g0_sp, f, arg, live_fp) }
 }
@@ -112,7 +118,10 @@ pub(crate) fn bench_switch(iters: u64) -> std::time::Duration {
         }
     }
     let st = crate::stack::alloc(crate::stack::round_size(64 << 10)).expect("bench stack");
-    let mut ctx = Ctx { main: Gobuf::default(), co: Gobuf::default() };
+    let mut ctx = Ctx {
+        main: Gobuf::default(),
+        co: Gobuf::default(),
+    };
     let ctxp: *mut Ctx = &mut ctx;
     // SAFETY: fresh stack; top is 16-byte aligned; ctxp is live.
     unsafe { (*ctxp).co.sp = init_frame(st.hi, co_entry, ctxp.cast()) };
