@@ -45,6 +45,9 @@ impl GStatus {
     }
 }
 
+/// Every G ever allocated (Go's allgs), for GODEBUG=scheddetail.
+pub(crate) static ALLGS: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
+
 /// A goroutine. Allocated once, never freed (as in Go): dead Gs are reused
 /// through the free lists, so raw `*mut G` handles stay valid forever.
 ///
@@ -98,7 +101,7 @@ unsafe impl Send for G {}
 impl G {
     /// Go's malg: allocates a new G (status Idle) with the given stack.
     pub(crate) fn alloc(stack: Option<Stack>) -> *mut G {
-        Box::into_raw(Box::new(G {
+        let gp = Box::into_raw(Box::new(G {
             sched: core::cell::UnsafeCell::new(Gobuf::default()),
             status: AtomicU32::new(GStatus::Idle as u32),
             goid: Cell::new(0),
@@ -113,7 +116,9 @@ impl G {
             locked_count: Cell::new(0),
             locals: Cell::new(ptr::null_mut()),
             stack_released: Cell::new(false),
-        }))
+        }));
+        ALLGS.lock().push(gp as usize);
+        gp
     }
 
     /// Current status. Acquire: pairs with the Release of the transition

@@ -142,6 +142,9 @@ pub(crate) static SCHED: Sched = Sched {
     stw: Mutex::new(()),
 };
 
+/// Every M ever created (Go's allm), for GODEBUG=scheddetail.
+pub(crate) static ALLM: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
 /// All Ps ever created, indexed by id; slots < gomaxprocs are live. Ps are
 /// never freed, so any M may read any slot without a snapshot.
 pub(crate) static ALLP: [AtomicPtr<P>; MAX_PROCS] =
@@ -493,6 +496,7 @@ fn newm(id: i64, pp: *mut P, spinning: bool) {
         ));
     }
     let mp = M::new(id);
+    ALLM.lock().push(mp as usize);
     // SAFETY: fresh M, not yet shared.
     unsafe {
         (*mp).nextp.set(pp);

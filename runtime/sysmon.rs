@@ -7,7 +7,7 @@
 //! free goroutine stacks to the OS (a small stand-in for Go's scavenger).
 
 use crate::sched::{self, SCHED};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Go's forcePreemptNS: a G running this long on one P is asked to yield.
 pub(crate) const FORCE_PREEMPT_NS: i64 = 10_000_000;
@@ -19,6 +19,9 @@ const SCAVENGE_PERIOD_NS: i64 = 500_000_000;
 pub(crate) static PREEMPTIONS: AtomicU64 = AtomicU64::new(0);
 /// Ps handed off from syscalls (statistics; only grows).
 pub(crate) static HANDOFFS: AtomicU64 = AtomicU64::new(0);
+
+/// GODEBUG=scheddetail=1: per-P/M/G lines after each SCHED line.
+static SCHEDDETAIL: AtomicBool = AtomicBool::new(false);
 
 /// schedtrace period in ms (0: off).
 static SCHEDTRACE_MS: AtomicUsize = AtomicUsize::new(0);
@@ -33,6 +36,7 @@ struct PTick {
 /// Starts the sysmon thread.
 pub(crate) fn start(cfg: &crate::Config) {
     SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
+    SCHEDDETAIL.store(cfg.scheddetail, Ordering::Relaxed);
     let r = std::thread::Builder::new()
         .name("goro-sysmon".into())
         .stack_size(64 << 10)
@@ -107,20 +111,97 @@ fn retake(now: i64, ticks: &mut [PTick]) -> bool {
     did
 }
 
-/// Prints one Go-format SCHED line to stderr.
+/// Prints one Go-format SCHED line to stderr, and with scheddetail Go's
+/// per-P, per-M and per-G lines. Reads other threads' state racily, as Go
+/// does: the output is diagnostic.
 fn schedtrace(uptime_ns: i64) {
+    use std::fmt::Write;
     let s = sched::snapshot();
+    let detail = SCHEDDETAIL.load(Ordering::Relaxed);
+    let mut out = String::new();
     let runqs: Vec<String> = s.local_runq.iter().map(|n| n.to_string()).collect();
-    eprintln!(
-        "SCHED {}ms: gomaxprocs={} idleprocs={} threads={} spinningthreads={} idlethreads={} runqueue={} [{}]",
+    let _ = write!(
+        out,
+        "SCHED {}ms: gomaxprocs={} idleprocs={} threads={} spinningthreads={} idlethreads={} runqueue={}",
         uptime_ns / 1_000_000,
         s.gomaxprocs,
         s.idle_procs,
-        s.threads + 2, // + sysmon and the thread that called run (Go counts m0 and sysmon)
+        s.threads + 1, // + sysmon (Go counts it too)
         s.spinning_threads,
         s.idle_threads,
         s.global_runq,
-        runqs.join(" ")
     );
-    let _ = &SCHED;
+    if !detail {
+        let _ = writeln!(out, " [{}]", runqs.join(" "));
+        eprint!("{out}");
+        return;
+    }
+    let _ = writeln!(
+        out,
+        " gcwaiting={} nmspinning={}",
+        u8::from(SCHED.gcwaiting.load(Ordering::Relaxed)),
+        s.spinning_threads
+    );
+    let mid = |m: *mut crate::m::M| if m.is_null() { -1 } else { unsafe { (*m).id } };
+    for i in 0..s.gomaxprocs {
+        let p = sched::allp(i);
+        let _ = writeln!(
+            out,
+            "  P{}: status={} schedtick={} syscalltick={} m={} runqsize={} gfreecnt={} timerslen={}",
+            i,
+            p.status() as u32,
+            p.schedtick.get(),
+            p.syscalltick.load(Ordering::Relaxed),
+            mid(p.m.get()),
+            p.runq.len(),
+            p.gfree_n.get(),
+            u8::from(p.timers.next_when() != 0),
+        );
+    }
+    for &mp in sched::ALLM.lock().iter() {
+        // SAFETY: Ms are never freed; racy diagnostic reads.
+        let m = unsafe { &*(mp as *const crate::m::M) };
+        let pid = |p: *mut crate::p::P| {
+            if p.is_null() {
+                -1
+            } else {
+                unsafe { (*p).id as i64 }
+            }
+        };
+        let gid = |g: *mut crate::g::G| {
+            if g.is_null() {
+                -1
+            } else {
+                unsafe { (*g).goid.get() as i64 }
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  M{}: p={} curg={} locks={} spinning={} lockedg={}",
+            m.id,
+            pid(m.p.get()),
+            gid(m.curg.get()),
+            m.locks.get(),
+            m.spinning.get(),
+            gid(m.lockedg.get()),
+        );
+    }
+    for &gp in crate::g::ALLGS.lock().iter() {
+        // SAFETY: Gs are never freed; racy diagnostic reads.
+        let g = unsafe { &*(gp as *const crate::g::G) };
+        let st = g.status();
+        if st == crate::g::GStatus::Dead {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  G{}: status={}({:?}) m={} lockedm={}",
+            g.goid.get(),
+            st as u32,
+            st,
+            mid(g.m.get()),
+            mid(g.lockedm.get())
+        );
+    }
+    eprint!("{out}");
 }
