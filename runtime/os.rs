@@ -58,7 +58,7 @@ pub(crate) fn nanotime() -> i64 {
     };
     // SAFETY: ts is a valid out-pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 /// The calling thread's kernel id. Go's gettid.

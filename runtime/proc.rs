@@ -34,7 +34,7 @@ pub(crate) fn newproc<F: FnOnce() + Send + 'static>(
 ) -> std::io::Result<u64> {
     if core::mem::size_of::<F>() > MAX_INLINE_CLOSURE || core::mem::align_of::<F>() > 64 {
         let b: Box<dyn FnOnce() + Send> = Box::new(f);
-        return newproc_placed(move || b(), stack_size, name);
+        return newproc_placed(b, stack_size, name);
     }
     newproc_placed(f, stack_size, name)
 }

@@ -33,13 +33,6 @@ pub(crate) struct Local<T> {
     runnext: AtomicPtr<T>,
 }
 
-/// Goroutines that did not fit: half the ring plus the one being put, in
-/// order, for the caller to move to the global queue (Go's runqputslow).
-pub(crate) struct Overflow<T> {
-    pub(crate) batch: [*mut T; LOCAL_CAP / 2 + 1],
-    pub(crate) n: usize,
-}
-
 impl<T> Local<T> {
     pub(crate) const fn new() -> Self {
         Local {
@@ -77,14 +70,16 @@ impl<T> Local<T> {
 
     /// Go's runqput. Owner only. With `next`, `gp` goes to runnext and the G
     /// it displaces goes to the ring. If the ring is full, half of it plus
-    /// the G is returned for the global queue.
-    pub(crate) fn put(&self, mut gp: *mut T, next: bool) -> Result<(), Overflow<T>> {
+    /// the G are passed, in order, to `overflow` (the caller moves them to
+    /// the global queue: Go's runqputslow).
+    #[inline]
+    pub(crate) fn put(&self, mut gp: *mut T, next: bool, overflow: impl FnOnce(&[*mut T])) {
         if next {
             // AcqRel: Release publishes gp to whoever takes runnext;
             // Acquire takes ownership of the displaced G.
             let old = self.runnext.swap(gp, Ordering::AcqRel);
             if old.is_null() {
-                return Ok(());
+                return;
             }
             gp = old;
         }
@@ -97,27 +92,27 @@ impl<T> Local<T> {
                 self.buf[t as usize % LOCAL_CAP].store(gp, Ordering::Relaxed);
                 // Release: the slot write is visible to whoever sees the new tail.
                 self.tail.store(t.wrapping_add(1), Ordering::Release);
-                return Ok(());
+                return;
             }
-            if let Some(o) = self.put_slow(gp, h, t) {
-                return Err(o);
+            if let Some((batch, n)) = self.put_slow(gp, h, t) {
+                overflow(&batch[..n]);
+                return;
             }
             // The queue is no longer full (a stealer took some); retry.
         }
     }
 
     /// Go's runqputslow: move half the ring plus `gp` out in one batch.
-    fn put_slow(&self, gp: *mut T, h: u32, t: u32) -> Option<Overflow<T>> {
+    #[cold]
+    #[allow(clippy::type_complexity)]
+    fn put_slow(&self, gp: *mut T, h: u32, t: u32) -> Option<([*mut T; LOCAL_CAP / 2 + 1], usize)> {
         let n = (t.wrapping_sub(h) / 2) as usize;
         if n != LOCAL_CAP / 2 {
             crate::throw::throw("runqputslow: queue is not full");
         }
-        let mut o = Overflow {
-            batch: [ptr::null_mut(); LOCAL_CAP / 2 + 1],
-            n: n + 1,
-        };
-        for i in 0..n {
-            o.batch[i] = self.buf[(h as usize + i) % LOCAL_CAP].load(Ordering::Relaxed);
+        let mut batch = [ptr::null_mut(); LOCAL_CAP / 2 + 1];
+        for (i, b) in batch.iter_mut().take(n).enumerate() {
+            *b = self.buf[(h as usize + i) % LOCAL_CAP].load(Ordering::Relaxed);
         }
         // AcqRel: consumes the slots read above (see module doc).
         if self
@@ -132,8 +127,8 @@ impl<T> Local<T> {
         {
             return None;
         }
-        o.batch[n] = gp;
-        Some(o)
+        batch[n] = gp;
+        Some((batch, n + 1))
     }
 
     /// Go's runqget. Owner only. Returns the G and whether it inherits the
@@ -169,7 +164,7 @@ impl<T> Local<T> {
     /// Go's runqgrab: copy half of this (victim) queue into `dst` starting
     /// at slot `dst_head`, and claim it. Any thread. With `steal_runnext`
     /// and an empty ring, take runnext; `victim_running` makes it first wait
-    /// ~3 µs, because a running G that just readied runnext is usually about
+    /// ~3 µs (spinning), because a running G that just readied runnext is usually about
     /// to block and run it itself (Go: "a sync chan send/recv takes ~50ns").
     fn grab(
         &self,
@@ -189,7 +184,16 @@ impl<T> Local<T> {
                     let next = self.runnext.load(Ordering::Acquire);
                     if !next.is_null() {
                         if victim_running {
-                            crate::os::usleep(3);
+                            // Go sleeps 3 µs here (usleep(3)); with Linux's
+                            // default 50 µs timer slack that sleep lasts
+                            // 50-90 µs, so spin for the 3 µs instead, and
+                            // stop early once the owner has taken it.
+                            let deadline = crate::os::nanotime() + 3_000;
+                            while crate::os::nanotime() < deadline
+                                && self.runnext.load(Ordering::Relaxed) == next
+                            {
+                                core::hint::spin_loop();
+                            }
                         }
                         if self
                             .runnext
@@ -277,9 +281,9 @@ mod tests {
     fn put_get_fifo_and_runnext() {
         let q: Local<usize> = Local::new();
         for i in 0..10 {
-            q.put(item(i), false).ok().unwrap();
+            q.put(item(i), false, |_| panic!("overflow"));
         }
-        q.put(item(100), true).ok().unwrap();
+        q.put(item(100), true, |_| panic!("overflow"));
         // runnext first, then FIFO.
         let (g, inherit) = q.get().unwrap();
         assert!(inherit);
@@ -296,8 +300,8 @@ mod tests {
     #[test]
     fn runnext_displaces_to_tail() {
         let q: Local<usize> = Local::new();
-        q.put(item(1), true).ok().unwrap();
-        q.put(item(2), true).ok().unwrap();
+        q.put(item(1), true, |_| panic!("overflow"));
+        q.put(item(2), true, |_| panic!("overflow"));
         assert_eq!(q.len(), 2);
         assert_eq!(unsafe { *Box::from_raw(q.get().unwrap().0) }, 2);
         assert_eq!(unsafe { *Box::from_raw(q.get().unwrap().0) }, 1);
@@ -307,17 +311,15 @@ mod tests {
     fn overflow_moves_half_plus_one() {
         let q: Local<usize> = Local::new();
         for i in 0..LOCAL_CAP {
-            q.put(item(i), false).ok().unwrap();
+            q.put(item(i), false, |_| panic!("overflow"));
         }
-        let o = match q.put(item(999), false) {
-            Err(o) => o,
-            Ok(()) => panic!("full queue accepted a put"),
-        };
-        assert_eq!(o.n, LOCAL_CAP / 2 + 1);
-        for i in 0..LOCAL_CAP / 2 {
-            assert_eq!(unsafe { *o.batch[i] }, i);
+        let mut out = Vec::new();
+        q.put(item(999), false, |b| out.extend_from_slice(b));
+        assert_eq!(out.len(), LOCAL_CAP / 2 + 1, "full queue accepted a put");
+        for (i, &g) in out.iter().take(LOCAL_CAP / 2).enumerate() {
+            assert_eq!(unsafe { *g }, i);
         }
-        assert_eq!(unsafe { *o.batch[LOCAL_CAP / 2] }, 999);
+        assert_eq!(unsafe { *out[LOCAL_CAP / 2] }, 999);
         assert_eq!(q.len(), LOCAL_CAP / 2);
     }
 
@@ -326,7 +328,7 @@ mod tests {
         let victim: Local<usize> = Local::new();
         let thief: Local<usize> = Local::new();
         for i in 0..10 {
-            victim.put(item(i), false).ok().unwrap();
+            victim.put(item(i), false, |_| panic!("overflow"));
         }
         let g = thief.steal_from(&victim, false, false).unwrap();
         assert_eq!(unsafe { *g }, 4); // took 0..5, returns the last
@@ -334,7 +336,7 @@ mod tests {
         assert_eq!(victim.len(), 5);
         // runnext is stolen only when asked and the ring is empty.
         let v2: Local<usize> = Local::new();
-        v2.put(item(7), true).ok().unwrap();
+        v2.put(item(7), true, |_| panic!("overflow"));
         assert!(thief.steal_from(&v2, false, false).is_none());
         assert_eq!(unsafe { *thief.steal_from(&v2, true, false).unwrap() }, 7);
     }
@@ -373,11 +375,11 @@ mod tests {
         let mut overflowed = Vec::new();
         let mut local = Vec::new();
         for i in 0..N {
-            if let Err(o) = victim.put(item(i), i % 7 == 0) {
-                for &g in &o.batch[..o.n] {
+            victim.put(item(i), i % 7 == 0, |b| {
+                for &g in b {
                     overflowed.push(unsafe { *Box::from_raw(g) });
                 }
-            }
+            });
             if i % 3 == 0 {
                 if let Some((g, _)) = victim.get() {
                     local.push(unsafe { *Box::from_raw(g) });

@@ -225,9 +225,9 @@ impl Synced {
         let gp = self.globrunqpop();
         for _ in 1..n {
             let g1 = self.globrunqpop();
-            if pp.runq.put(g1, false).is_err() {
-                crate::throw::throw("globrunqget: local queue overflow");
-            }
+            pp.runq.put(g1, false, |_| {
+                crate::throw::throw("globrunqget: local queue overflow")
+            });
         }
         gp
     }
@@ -419,12 +419,12 @@ pub(crate) fn gfget_global() -> *mut G {
 /// Go's runqput on the current M's P, spilling to the global queue.
 /// Owner P only.
 pub(crate) fn runqput(pp: &P, gp: *mut G, next: bool) {
-    if let Err(o) = pp.runq.put(gp, next) {
+    pp.runq.put(gp, next, |batch| {
         let mut s = SCHED.lock.lock();
-        for &g in &o.batch[..o.n] {
+        for &g in batch {
             s.globrunqput(g);
         }
-    }
+    });
 }
 
 /// Puts a runnable G on the global queue and wakes an M. Any thread.
@@ -858,8 +858,7 @@ fn steal_work(m: &M, pp: &P, mut now: i64) -> (*mut G, bool, i64, i64, bool) {
     let mut ran_timer = false;
     for i in 0..STEAL_TRIES {
         let last = i == STEAL_TRIES - 1;
-        let mut order = RandomOrder::new(n, m.fastrand());
-        while let Some(idx) = order.next() {
+        for idx in RandomOrder::new(n, m.fastrand()) {
             if SCHED.gcwaiting.load(Ordering::Relaxed) {
                 return (ptr::null_mut(), false, now, poll_until, true);
             }
