@@ -5,7 +5,9 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
 
 fn raw_switch(c: &mut Criterion) {
-    c.bench_function("raw_switch_round_trip", |b| b.iter_custom(goro::__bench::raw_switch_pair));
+    c.bench_function("raw_switch_round_trip", |b| {
+        b.iter_custom(goro::__bench::raw_switch_pair)
+    });
 }
 
 fn yield_pingpong(c: &mut Criterion) {

@@ -61,6 +61,17 @@ fn sysmon() {
         }
         crate::os::usleep(delay);
         let now = crate::os::nanotime();
+        // Go's sysmon timer check: a due timer on some P while nobody is
+        // looking (all Ms asleep, none in netpoll) gets an M.
+        if SCHED.npidle.load(Ordering::Relaxed) > 0 && SCHED.lastpoll.load(Ordering::Relaxed) != 0 {
+            let due = (0..sched::gomaxprocs()).any(|i| {
+                let w = sched::allp(i).timers.next_when();
+                w != 0 && w < now - 1_000_000
+            });
+            if due {
+                sched::wakep();
+            }
+        }
         if retake(now, &mut ticks) {
             idle = 0;
         } else {

@@ -93,7 +93,10 @@ fn run_from_many_threads_at_once() {
 fn run_with_and_config_setters() {
     // Builder-style setters exist; this config is not applied (the runtime
     // may already be running) — only its shape is checked.
-    let _c = goro::Config::from_env().max_procs(2).stack_size(512 * 1024).preempt(true);
+    let _c = goro::Config::from_env()
+        .max_procs(2)
+        .stack_size(512 * 1024)
+        .preempt(true);
     assert_eq!(goro::run_with(goro::Config::from_env(), || 7), 7);
 }
 
@@ -273,7 +276,10 @@ fn builder_name_and_stack_size() {
         assert_eq!(panic_message(&*h.join().unwrap_err()), "named panic");
     });
     // From a plain thread.
-    let h = goro::Builder::new().stack_size(256 * 1024).spawn(|| 3).unwrap();
+    let h = goro::Builder::new()
+        .stack_size(256 * 1024)
+        .spawn(|| 3)
+        .unwrap();
     assert_eq!(h.join().unwrap(), 3);
 }
 
@@ -414,7 +420,10 @@ fn recv_after_close_drains_then_errs() {
         }
         assert_eq!(rx.recv(), Err(RecvError));
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Closed)));
-        assert!(matches!(rx.recv_timeout(Duration::from_secs(10)), Err(RecvTimeoutError::Closed)));
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_secs(10)),
+            Err(RecvTimeoutError::Closed)
+        ));
     });
 }
 
@@ -483,7 +492,11 @@ fn drop_last_receiver_fails_sends_and_drops_buffered() {
         assert_eq!(drops.load(SeqCst), 0, "a Receiver clone is still alive");
         assert!(tx.send(Counted(drops.clone(), 3)).is_ok());
         drop(rx2);
-        assert_eq!(drops.load(SeqCst), 4, "buffered values dropped with the last Receiver");
+        assert_eq!(
+            drops.load(SeqCst),
+            4,
+            "buffered values dropped with the last Receiver"
+        );
         // Further sends fail and hand the value back undropped.
         match tx.send(Counted(drops.clone(), 10)) {
             Err(SendError(v)) => {
@@ -616,7 +629,10 @@ fn timeouts_on_plain_thread() {
     });
     assert!(t.join().unwrap());
     // The thread dropped the only Receiver.
-    assert!(matches!(tx.send_timeout(1, Duration::from_secs(10)), Err(SendTimeoutError::Closed(1))));
+    assert!(matches!(
+        tx.send_timeout(1, Duration::from_secs(10)),
+        Err(SendTimeoutError::Closed(1))
+    ));
 }
 
 // ---------------------------------------------------------------------------

@@ -53,7 +53,10 @@ fn serial() -> Serial {
             std::process::abort();
         }
     });
-    Serial { _lock: lock, _done: done }
+    Serial {
+        _lock: lock,
+        _done: done,
+    }
 }
 
 /// Sets GOMAXPROCS and restores the previous value when dropped (Go's
@@ -78,8 +81,8 @@ const CHILD_ENV: &str = "GORO_PROC_CHILD";
 /// asynchronous preemption: the hang fails this one test instead of the
 /// whole binary. The limit is a hang detector, not a speed assertion.
 fn isolated(name: &str, body: impl FnOnce()) {
+    let _s = serial();
     if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
-        let _s = serial();
         body();
         return;
     }
@@ -91,12 +94,18 @@ fn isolated(name: &str, body: impl FnOnce()) {
     } else {
         std::process::Command::new(&exe)
     };
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1", "--include-ignored"])
-        .env(CHILD_ENV, name)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    cmd.args([
+        name,
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "--include-ignored",
+    ])
+    .env(CHILD_ENV, name)
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("re-executing the test binary");
-    let limit = Duration::from_secs(if qemu() { 300 } else { 30 });
+    let limit = Duration::from_secs(if qemu() { 120 } else { 30 });
     let start = Instant::now();
     let hung = loop {
         if child.try_wait().unwrap().is_some() {
@@ -115,8 +124,15 @@ fn isolated(name: &str, body: impl FnOnce()) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!hung, "{name} hung for {limit:?} (goroutines not preempted?)\n{text}");
-    assert!(out.status.success(), "{name} failed in the child: {:?}\n{text}", out.status);
+    assert!(
+        !hung,
+        "{name} hung for {limit:?} (goroutines not preempted?)\n{text}"
+    );
+    assert!(
+        out.status.success(),
+        "{name} failed in the child: {:?}\n{text}",
+        out.status
+    );
 }
 
 /// Spawn `p` goroutines that pass a token around in strict round-robin order
@@ -137,7 +153,9 @@ fn check_parallel(p: usize, nested: bool) {
         }
     };
     if !nested {
-        let hs: Vec<_> = (0..p).map(|id| goro::spawn(worker(x.clone(), id, p))).collect();
+        let hs: Vec<_> = (0..p)
+            .map(|id| goro::spawn(worker(x.clone(), id, p)))
+            .collect();
         for h in hs {
             h.join().unwrap();
         }
@@ -295,14 +313,21 @@ fn ping_pong_hog() {
     let _s = serial();
     goro::run(|| {
         let _p = procs(1);
-        let (hog_limit, light_limit) = if qemu() { (100_000u64, 100u64) } else { (1_000_000u64, 1_000u64) };
+        let (hog_limit, light_limit) = if qemu() {
+            (100_000u64, 100u64)
+        } else {
+            (1_000_000u64, 1_000u64)
+        };
         let (done_tx, done_rx) = chan::<()>(0);
         let (hog_tx, hog_rx) = chan::<bool>(0);
         let (light_tx, light_rx) = chan::<bool>(0);
         let hog_count = Arc::new(AtomicU64::new(0));
         let light_count = Arc::new(AtomicU64::new(0));
 
-        let run = |limit: u64, counter: Arc<AtomicU64>, wake_tx: goro::Sender<bool>, wake_rx: goro::Receiver<bool>| {
+        let run = |limit: u64,
+                   counter: Arc<AtomicU64>,
+                   wake_tx: goro::Sender<bool>,
+                   wake_rx: goro::Receiver<bool>| {
             let done_rx = done_rx.clone();
             goro::spawn(move || loop {
                 goro::select! {
@@ -319,10 +344,20 @@ fn ping_pong_hog() {
         let mut hs = Vec::new();
         // Two co-scheduled hog goroutines, two co-scheduled light goroutines.
         for _ in 0..2 {
-            hs.push(run(hog_limit, hog_count.clone(), hog_tx.clone(), hog_rx.clone()));
+            hs.push(run(
+                hog_limit,
+                hog_count.clone(),
+                hog_tx.clone(),
+                hog_rx.clone(),
+            ));
         }
         for _ in 0..2 {
-            hs.push(run(light_limit, light_count.clone(), light_tx.clone(), light_rx.clone()));
+            hs.push(run(
+                light_limit,
+                light_count.clone(),
+                light_tx.clone(),
+                light_rx.clone(),
+            ));
         }
         hog_tx.send(true).unwrap();
         light_tx.send(true).unwrap();
@@ -507,7 +542,10 @@ fn set_max_procs_basics() {
 fn default_max_procs() {
     let _s = serial();
     let n = goro::run(goro::max_procs); // every test restores GOMAXPROCS
-    match std::env::var("GOMAXPROCS").ok().and_then(|v| v.parse::<usize>().ok()) {
+    match std::env::var("GOMAXPROCS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
         Some(env) if env > 0 => assert_eq!(n, env),
         _ => assert_eq!(n, std::thread::available_parallelism().unwrap().get()),
     }
@@ -517,7 +555,9 @@ fn default_max_procs() {
 fn work(v: u64) -> u64 {
     let mut x = v;
     for _ in 0..200 {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
     }
     x % 1000
 }
@@ -560,7 +600,10 @@ fn resize_while_running() {
                     let n = [2usize, 4, 1, 3][i % 4];
                     goro::set_max_procs(n);
                     let m = goro::max_procs();
-                    assert!((1..=4).contains(&m), "max_procs() = {m} while resizing among 1..=4");
+                    assert!(
+                        (1..=4).contains(&m),
+                        "max_procs() = {m} while resizing among 1..=4"
+                    );
                     for _ in 0..50 {
                         goro::yield_now();
                     }
@@ -569,7 +612,12 @@ fn resize_while_running() {
                 i
             })
         };
-        let plan = [(n / 5, 4usize), (2 * n / 5, 2), (3 * n / 5, 3), (4 * n / 5, 1)];
+        let plan = [
+            (n / 5, 4usize),
+            (2 * n / 5, 2),
+            (3 * n / 5, 3),
+            (4 * n / 5, 1),
+        ];
         let mut sum = 0u64;
         let mut count = 0usize;
         for v in res_rx.iter() {
@@ -602,40 +650,43 @@ fn resize_while_running() {
 /// of them keep making progress at every size.
 #[test]
 fn resize_with_cpu_bound_goroutines() {
-    isolated("resize_with_cpu_bound_goroutines", || goro::run(|| {
-        let _p = procs(4);
-        let stop = Arc::new(AtomicBool::new(false));
-        let progress: Arc<Vec<AtomicU64>> = Arc::new((0..6).map(|_| AtomicU64::new(0)).collect());
-        let hs: Vec<_> = (0..6)
-            .map(|i| {
-                let (stop, progress) = (stop.clone(), progress.clone());
-                goro::spawn(move || {
-                    let mut x = i as u64;
-                    while !stop.load(Relaxed) {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                        progress[i].fetch_add(1, Relaxed);
-                    }
-                    x
+    isolated("resize_with_cpu_bound_goroutines", || {
+        goro::run(|| {
+            let _p = procs(4);
+            let stop = Arc::new(AtomicBool::new(false));
+            let progress: Arc<Vec<AtomicU64>> =
+                Arc::new((0..6).map(|_| AtomicU64::new(0)).collect());
+            let hs: Vec<_> = (0..6)
+                .map(|i| {
+                    let (stop, progress) = (stop.clone(), progress.clone());
+                    goro::spawn(move || {
+                        let mut x = i as u64;
+                        while !stop.load(Relaxed) {
+                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                            progress[i].fetch_add(1, Relaxed);
+                        }
+                        x
+                    })
                 })
-            })
-            .collect();
-        for p in [1usize, 3, 2, 4, 1] {
-            assert!(goro::set_max_procs(p) >= 1);
-            assert_eq!(goro::max_procs(), p);
-            // Each spinner must advance at this size (needs preemption when
-            // there are fewer Ps than spinners). Bounded by progress, not time.
-            let before: Vec<u64> = progress.iter().map(|c| c.load(Relaxed)).collect();
-            for (i, c) in progress.iter().enumerate() {
-                while c.load(Relaxed) == before[i] {
-                    goro::yield_now();
+                .collect();
+            for p in [1usize, 3, 2, 4, 1] {
+                assert!(goro::set_max_procs(p) >= 1);
+                assert_eq!(goro::max_procs(), p);
+                // Each spinner must advance at this size (needs preemption when
+                // there are fewer Ps than spinners). Bounded by progress, not time.
+                let before: Vec<u64> = progress.iter().map(|c| c.load(Relaxed)).collect();
+                for (i, c) in progress.iter().enumerate() {
+                    while c.load(Relaxed) == before[i] {
+                        goro::yield_now();
+                    }
                 }
             }
-        }
-        stop.store(true, SeqCst);
-        for h in hs {
-            h.join().unwrap();
-        }
-    }));
+            stop.store(true, SeqCst);
+            for h in hs {
+                h.join().unwrap();
+            }
+        })
+    });
 }
 
 /// TestAsyncPreempt: with GOMAXPROCS = 1, goroutines in loops without any
@@ -644,41 +695,43 @@ fn resize_with_cpu_bound_goroutines() {
 /// (set_max_procs) completes.
 #[test]
 fn async_preempt_tight_loops() {
-    isolated("async_preempt_tight_loops", || goro::run(|| {
-        let _p = procs(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let ready = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::new(AtomicU64::new(0));
-        let h1 = {
-            let (stop, ready, counter) = (stop.clone(), ready.clone(), counter.clone());
-            goro::spawn(move || {
-                ready.fetch_add(1, SeqCst);
-                while !stop.load(Relaxed) {
-                    counter.fetch_add(1, Relaxed);
-                }
-            })
-        };
-        let h2 = {
-            let (stop, ready) = (stop.clone(), ready.clone());
-            goro::spawn(move || {
-                ready.fetch_add(1, SeqCst);
-                while !stop.load(Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        };
-        // Both spinners get to run, and then this goroutine gets the P back.
-        while ready.load(SeqCst) < 2 {
-            goro::yield_now();
-        }
-        // Stop the world with both spinning.
-        assert_eq!(goro::set_max_procs(2), 1);
-        assert_eq!(goro::set_max_procs(1), 2);
-        stop.store(true, SeqCst);
-        h1.join().unwrap();
-        h2.join().unwrap();
-        assert!(counter.load(SeqCst) > 0);
-    }));
+    isolated("async_preempt_tight_loops", || {
+        goro::run(|| {
+            let _p = procs(1);
+            let stop = Arc::new(AtomicBool::new(false));
+            let ready = Arc::new(AtomicUsize::new(0));
+            let counter = Arc::new(AtomicU64::new(0));
+            let h1 = {
+                let (stop, ready, counter) = (stop.clone(), ready.clone(), counter.clone());
+                goro::spawn(move || {
+                    ready.fetch_add(1, SeqCst);
+                    while !stop.load(Relaxed) {
+                        counter.fetch_add(1, Relaxed);
+                    }
+                })
+            };
+            let h2 = {
+                let (stop, ready) = (stop.clone(), ready.clone());
+                goro::spawn(move || {
+                    ready.fetch_add(1, SeqCst);
+                    while !stop.load(Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            };
+            // Both spinners get to run, and then this goroutine gets the P back.
+            while ready.load(SeqCst) < 2 {
+                goro::yield_now();
+            }
+            // Stop the world with both spinning.
+            assert_eq!(goro::set_max_procs(2), 1);
+            assert_eq!(goro::set_max_procs(1), 2);
+            stop.store(true, SeqCst);
+            h1.join().unwrap();
+            h2.join().unwrap();
+            assert!(counter.load(SeqCst) > 0);
+        })
+    });
 }
 
 /// Sleep parks the goroutine, not the thread: with GOMAXPROCS = 1, while 64
@@ -759,7 +812,10 @@ fn park_many(n: usize) {
         }
         drop((shared_a_rx, shared_b_rx, all_tx));
         all_rx.recv().unwrap(); // every goroutine is running or parked
-        assert!(goro::num_goroutine() > n, "num_goroutine with {n} parked goroutines");
+        assert!(
+            goro::num_goroutine() > n,
+            "num_goroutine with {n} parked goroutines"
+        );
         for _ in 0..quarter {
             shared_a_tx.send(2).unwrap();
         }
@@ -787,7 +843,10 @@ fn many_goroutines_parked() {
 
 /// 1,000,000 goroutines parked at once. Run with `cargo test --release`.
 #[test]
-#[cfg_attr(debug_assertions, ignore = "1M goroutines: run with cargo test --release")]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "1M goroutines: run with cargo test --release"
+)]
 fn million_goroutines_parked() {
     if qemu() {
         println!("skipped under qemu");

@@ -235,7 +235,7 @@ fn self_select() {
 #[test]
 fn select_stress() {
     goro::run(|| {
-        let n = scale(20_000);
+        let n = scale(100_000);
         let caps = [0usize, 0, 2, 3];
         let (txs, rxs): (Vec<_>, Vec<_>) = caps.iter().map(|&c| chan::<i32>(c)).unzip();
         let mut hs = Vec::new();
@@ -587,8 +587,15 @@ fn select_after_timeout_idiom() {
             recv(rx) -> _v => { panic!("nothing was sent") },
             recv(goro::time::after(d)) -> t => { t.unwrap() },
         };
-        assert!(start.elapsed() >= d, "after({d:?}) fired after {:?}", start.elapsed());
-        assert!(fired >= start + d, "after() sent an Instant before its deadline");
+        assert!(
+            start.elapsed() >= d,
+            "after({d:?}) fired after {:?}",
+            start.elapsed()
+        );
+        assert!(
+            fired >= start + d,
+            "after() sent an Instant before its deadline"
+        );
 
         // A value that is sent wins over a long timeout.
         let (tx, rx) = chan::<i32>(0);
@@ -659,7 +666,10 @@ fn select_mpmc_exactly_once() {
         for p in producers {
             p.join().unwrap();
         }
-        let mut all: Vec<usize> = consumers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let mut all: Vec<usize> = consumers
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
         all.sort_unstable();
         assert_eq!(all, (0..4 * per).collect::<Vec<_>>());
     });
@@ -685,8 +695,16 @@ fn select_on_plain_thread() {
         let (mut a_open, mut b_open) = (true, true);
         let (_never_tx, never_rx) = chan::<i32>(0);
         while a_open || b_open {
-            let a = if a_open { a_rx.clone() } else { never_rx.clone() };
-            let b = if b_open { b_rx.clone() } else { never_rx.clone() };
+            let a = if a_open {
+                a_rx.clone()
+            } else {
+                never_rx.clone()
+            };
+            let b = if b_open {
+                b_rx.clone()
+            } else {
+                never_rx.clone()
+            };
             goro::select! {
                 recv(a) -> v => { match v { Ok(v) => sum += v, Err(_) => a_open = false } },
                 recv(b) -> v => { match v { Ok(v) => sum += v, Err(_) => b_open = false } },

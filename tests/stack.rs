@@ -46,7 +46,10 @@ fn use_stack(top: usize, target: usize, tag: u8, at_bottom: &dyn Fn()) -> usize 
     };
     // Keeps `buf` alive across the call (no tail call) and checks it.
     let buf = black_box(&buf);
-    assert!(buf.iter().all(|&b| b == tag), "stack frame clobbered (tag {tag})");
+    assert!(
+        buf.iter().all(|&b| b == tag),
+        "stack frame clobbered (tag {tag})"
+    );
     frames
 }
 
@@ -110,21 +113,30 @@ fn run_child(mode: &str) -> std::process::Output {
     } else {
         Command::new(&exe)
     };
-    cmd.args(["overflow_child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, mode)
-        .env_remove("RUST_BACKTRACE");
+    cmd.args([
+        "overflow_child",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV, mode)
+    .env_remove("RUST_BACKTRACE");
     cmd.output().expect("re-executing the test binary")
 }
 
 /// Parse `goroutine <id> has overflowed its stack (reserved <N> KiB)`.
 fn parse_overflow(stderr: &str) -> Option<(u64, usize)> {
     for line in stderr.lines() {
-        let Some(pos) = line.find("goroutine ") else { continue };
+        let Some(pos) = line.find("goroutine ") else {
+            continue;
+        };
         let rest = &line[pos + "goroutine ".len()..];
         let Some((id, rest)) = rest.split_once(" has overflowed its stack (reserved ") else {
             continue;
         };
-        let Some((kib, _)) = rest.split_once(" KiB)") else { continue };
+        let Some((kib, _)) = rest.split_once(" KiB)") else {
+            continue;
+        };
         return Some((id.trim().parse().ok()?, kib.trim().parse().ok()?));
     }
     None
@@ -142,7 +154,10 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
     let out = run_child(mode);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let id = child_goroutine_id(&stderr);
-    assert!(!stderr.contains("CHILD SURVIVED"), "stack overflow went unnoticed; stderr:\n{stderr}");
+    assert!(
+        !stderr.contains("CHILD SURVIVED"),
+        "stack overflow went unnoticed; stderr:\n{stderr}"
+    );
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGABRT),
@@ -152,7 +167,10 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
     let (got_id, kib) = parse_overflow(&stderr).unwrap_or_else(|| {
         panic!("no 'goroutine <id> has overflowed its stack (reserved <N> KiB)' line; stderr:\n{stderr}")
     });
-    assert_eq!(got_id, id, "overflow reported for the wrong goroutine; stderr:\n{stderr}");
+    assert_eq!(
+        got_id, id,
+        "overflow reported for the wrong goroutine; stderr:\n{stderr}"
+    );
     assert!(
         (min_kib..=max_kib).contains(&kib),
         "reserved {kib} KiB, expected {min_kib}..={max_kib}; stderr:\n{stderr}"

@@ -50,7 +50,11 @@ fn after_lower_bound() {
         let end = after(delay).recv().unwrap();
         let took = start.elapsed();
         assert!(took >= delay, "after({delay:?}) took only {took:?}");
-        assert!(end >= start + delay, "after({delay:?}) sent {:?} after start", end - start);
+        assert!(
+            end >= start + delay,
+            "after({delay:?}) sent {:?} after start",
+            end - start
+        );
     });
 }
 
@@ -66,7 +70,10 @@ fn after_tick() {
             after(delta).recv().unwrap();
         }
         let d = t0.elapsed();
-        assert!(d >= delta * COUNT, "{COUNT} ticks of {delta:?} too fast: took {d:?}");
+        assert!(
+            d >= delta * COUNT,
+            "{COUNT} ticks of {delta:?} too fast: took {d:?}"
+        );
     });
 }
 
@@ -97,7 +104,12 @@ fn after_queuing() {
         }
         // Lower bounds are never retried: a timer must not fire early.
         for &(slot, t) in &got {
-            assert!(t >= t0 + delta * slot, "after({:?}) fired at {:?}", delta * slot, t - t0);
+            assert!(
+                t >= t0 + delta * slot,
+                "after({:?}) fired at {:?}",
+                delta * slot,
+                t - t0
+            );
         }
         let order: Vec<u32> = got.iter().map(|&(s, _)| s).collect();
         if order.windows(2).any(|w| w[1] < w[0]) {
@@ -215,7 +227,10 @@ fn overflow_sleep() {
             recv(after(Duration::from_millis(5))) -> _t => { "small" },
         };
         assert_eq!(fired, "small", "huge timeout fired");
-        assert!(!big.is_finished(), "sleep(Duration::MAX) returned or panicked");
+        assert!(
+            !big.is_finished(),
+            "sleep(Duration::MAX) returned or panicked"
+        );
         drop(big); // detached, asleep forever
     });
 }
@@ -281,7 +296,10 @@ fn channel_timeouts_lower_bound() {
         let d = Duration::from_millis(50);
         let (tx, rx) = chan::<i32>(0);
         let start = Instant::now();
-        assert!(matches!(rx.recv_timeout(d), Err(goro::RecvTimeoutError::Timeout)));
+        assert!(matches!(
+            rx.recv_timeout(d),
+            Err(goro::RecvTimeoutError::Timeout)
+        ));
         assert!(start.elapsed() >= d);
         let start = Instant::now();
         match tx.send_timeout(9, d) {
