@@ -86,9 +86,6 @@ pub(crate) struct G {
     /// Goroutine-local storage (local.rs owns the representation); null
     /// when the G has none. Touched only by the G itself.
     pub(crate) locals: Cell<*mut u8>,
-    /// Whether the (free) stack's cold pages were returned to the OS since
-    /// it last ran (scavenge_gfree); cleared when the G is reused.
-    pub(crate) stack_released: Cell<bool>,
 }
 
 // SAFETY: Gs are handed between threads only through the run queues, wait
@@ -115,7 +112,6 @@ impl G {
             lockedm: Cell::new(ptr::null_mut()),
             locked_count: Cell::new(0),
             locals: Cell::new(ptr::null_mut()),
-            stack_released: Cell::new(false),
         }));
         ALLGS.lock().push(gp as usize);
         gp

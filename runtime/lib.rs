@@ -50,6 +50,7 @@ mod proc;
 mod runq;
 mod sched;
 mod select;
+mod sema;
 mod signal;
 mod stack;
 mod sudog;
@@ -58,12 +59,14 @@ mod sysmon;
 mod throw;
 mod timer;
 
+pub mod sync;
 pub mod time;
 
 pub use chan::{
     chan, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
     Sender, TryRecvError, TrySendError,
 };
+pub use local::LocalKey;
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;
 pub use stack::{guards_use_madvise, MIN_STACK_SIZE};

@@ -1,15 +1,294 @@
-//! Goroutine-local storage (`goroutine_local!`). Placeholder: the storage
-//! itself is added by the sync issue; the scheduler already calls
-//! `drop_locals` when a goroutine exits.
+//! Goroutine-local storage: `goroutine_local!` and [`LocalKey`].
+//!
+//! # Representation
+//!
+//! Each goroutine that has touched a goroutine-local owns a [`Locals`]
+//! table, boxed and hung on its G (`G.locals`, null until first use): a
+//! vector of (key, value) pairs sorted by key, where the key is the address
+//! of the `static` the macro declares (unique per declaration) and the value
+//! a `Box<dyn Any>` holding that goroutine's `T`. Only the goroutine itself
+//! touches its table, so no synchronisation is needed; values are boxed so
+//! a `&T` stays valid while the table grows (a `with` closure may
+//! initialise other locals).
+//!
+//! # Lifetime
+//!
+//! A value is created from the key's initialiser on the goroutine's first
+//! `with`, and dropped when the goroutine's closure returns or unwinds:
+//! the scheduler calls [`drop_locals`] on the goroutine's own stack before
+//! the goroutine is reported finished (join sees the drops done) and before
+//! the G can be reused, so a reused G starts with no values. Destructors may
+//! use goroutine-locals again; the table is then rebuilt and dropped in
+//! another round, as std does for thread-locals.
+//!
+//! # Plain threads
+//!
+//! On a thread that is not running a goroutine, each key falls back to a
+//! `std::thread_local!` declared by the macro next to it: per-thread
+//! values with std's lifetime rules.
+//!
+//! # Migration
+//!
+//! A goroutine may resume on another OS thread after any switch point, and
+//! its locals move with it (they are reached through the G, never through
+//! a thread-local). As for any value on a goroutine's stack, a `T` that is
+//! tied to the OS thread that created it (holds a std `MutexGuard`, caches a
+//! thread id) must not be kept in a goroutine-local across switch points.
+
+use core::any::Any;
+use core::ptr;
+
+/// A goroutine's table of local values (see the module docs).
+struct Locals {
+    /// (key address, value), sorted by key.
+    entries: Vec<(usize, Box<dyn Any>)>,
+}
+
+/// A key for goroutine-local storage, declared with
+/// [`goroutine_local!`](crate::goroutine_local); the goroutine counterpart of
+/// `std::thread::LocalKey`.
+pub struct LocalKey<T: 'static> {
+    /// Builds a goroutine's initial value.
+    init: fn() -> T,
+    /// The calling plain thread's value (std thread-local fallback).
+    thread: fn() -> *const T,
+}
+
+impl<T: 'static> LocalKey<T> {
+    #[doc(hidden)]
+    /// Used by `goroutine_local!`; not public API.
+    pub const fn __new(init: fn() -> T, thread: fn() -> *const T) -> LocalKey<T> {
+        LocalKey { init, thread }
+    }
+
+    /// Calls `f` with a reference to the calling goroutine's value,
+    /// creating it from the initialiser on first use in this goroutine. On a
+    /// plain OS thread, uses that thread's value instead.
+    ///
+    /// Panics if the initialiser panics, or (on a plain thread) when called
+    /// while the thread's locals are being destroyed, as std's `with` does.
+    /// Never blocks (beyond what the initialiser and `f` do).
+    pub fn with<F, R>(&'static self, f: F) -> R
+    where
+        F: FnOnce(&T) -> R,
+    {
+        let gp = crate::m::getg();
+        if gp.is_null() {
+            // SAFETY: the pointer comes from this thread's `thread_local!`
+            // value, which lives until the thread exits, and we stay on this
+            // thread (a plain thread does not migrate) while `f` runs.
+            return f(unsafe { &*(self.thread)() });
+        }
+        let v = self.goroutine_value(gp);
+        // SAFETY: v points into a Box owned by this goroutine's table; the
+        // box is freed only by drop_locals (when the goroutine is done, never
+        // while `f` runs) and entries are never replaced, so it outlives `f`.
+        f(unsafe { &*v })
+    }
+
+    /// The current goroutine's value, created if needed.
+    fn goroutine_value(&'static self, gp: *mut crate::g::G) -> *const T {
+        let key = self as *const LocalKey<T> as usize;
+        if let Some(v) = lookup::<T>(gp, key) {
+            return v;
+        }
+        // Build outside any borrow of the table: the initialiser may itself
+        // use goroutine-locals (and even this one).
+        let value: Box<dyn Any> = Box::new((self.init)());
+        // SAFETY: gp is the running G; `locals` is touched only by the G
+        // itself, which is us.
+        let table = unsafe {
+            let mut p = (*gp).locals.get().cast::<Locals>();
+            if p.is_null() {
+                p = Box::into_raw(Box::new(Locals {
+                    entries: Vec::new(),
+                }));
+                (*gp).locals.set(p.cast());
+            }
+            &mut *p
+        };
+        let i = match table.entries.binary_search_by_key(&key, |e| e.0) {
+            // The initialiser set this key recursively: keep that value and
+            // drop ours (std keeps one value too; references to the first
+            // must stay valid).
+            Ok(i) => i,
+            Err(i) => {
+                table.entries.insert(i, (key, value));
+                i
+            }
+        };
+        downcast::<T>(&table.entries[i].1)
+    }
+}
+
+/// The value for `key` in the goroutine's table, if any.
+fn lookup<T: 'static>(gp: *mut crate::g::G, key: usize) -> Option<*const T> {
+    // SAFETY: gp is the running G; its table is touched only by itself.
+    let p = unsafe { (*gp).locals.get() }.cast::<Locals>();
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p is this goroutine's live table; the shared borrow ends here.
+    let table = unsafe { &*p };
+    let i = table.entries.binary_search_by_key(&key, |e| e.0).ok()?;
+    Some(downcast::<T>(&table.entries[i].1))
+}
+
+fn downcast<T: 'static>(v: &Box<dyn Any>) -> *const T {
+    match v.downcast_ref::<T>() {
+        Some(r) => r,
+        None => crate::throw::throw("goroutine_local: key with two value types"),
+    }
+}
+
+impl<T: 'static> core::fmt::Debug for LocalKey<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LocalKey").finish_non_exhaustive()
+    }
+}
+
+impl<T: Copy + 'static> LocalKey<core::cell::Cell<T>> {
+    /// Returns a copy of the value (`with(|c| c.get())`).
+    pub fn get(&'static self) -> T {
+        self.with(|c| c.get())
+    }
+}
+
+impl<T: 'static> LocalKey<core::cell::Cell<T>> {
+    /// Sets the value (`with(|c| c.set(value))`).
+    pub fn set(&'static self, value: T) {
+        self.with(|c| c.set(value))
+    }
+
+    /// Replaces the value, returning the old one.
+    pub fn replace(&'static self, value: T) -> T {
+        self.with(|c| c.replace(value))
+    }
+
+    /// Takes the value, leaving `Default::default()`.
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with(|c| c.take())
+    }
+}
+
+impl<T: 'static> LocalKey<core::cell::RefCell<T>> {
+    /// Calls `f` with a shared borrow of the value. Panics if it is
+    /// mutably borrowed.
+    pub fn with_borrow<F: FnOnce(&T) -> R, R>(&'static self, f: F) -> R {
+        self.with(|c| f(&c.borrow()))
+    }
+
+    /// Calls `f` with a mutable borrow of the value. Panics if it is
+    /// borrowed.
+    pub fn with_borrow_mut<F: FnOnce(&mut T) -> R, R>(&'static self, f: F) -> R {
+        self.with(|c| f(&mut c.borrow_mut()))
+    }
+
+    /// Sets the value. Panics if it is borrowed.
+    pub fn set(&'static self, value: T) {
+        self.with(|c| *c.borrow_mut() = value)
+    }
+
+    /// Replaces the value, returning the old one. Panics if it is borrowed.
+    pub fn replace(&'static self, value: T) -> T {
+        self.with(|c| c.replace(value))
+    }
+
+    /// Takes the value, leaving `Default::default()`. Panics if it is
+    /// borrowed.
+    pub fn take(&'static self) -> T
+    where
+        T: Default,
+    {
+        self.with(|c| c.take())
+    }
+}
+
+/// Declares goroutine-local statics: `thread_local!` syntax, one value per
+/// goroutine.
+///
+/// ```
+/// use std::cell::Cell;
+/// goro::goroutine_local! {
+///     /// Requests served by this goroutine.
+///     static SERVED: Cell<u32> = Cell::new(0);
+/// }
+/// goro::run(|| {
+///     SERVED.with(|s| s.set(s.get() + 1));
+///     let other = goro::go!(|| SERVED.with(|s| s.get())).join().unwrap();
+///     assert_eq!(other, 0); // a new goroutine starts from the initial value
+///     assert_eq!(SERVED.with(|s| s.get()), 1);
+/// });
+/// ```
+///
+/// Each goroutine starts from the initialiser (evaluated lazily, on its
+/// first `with`), also when its G is reused; values are dropped when the
+/// goroutine finishes (returns or panics), before `join` returns. On a plain
+/// OS thread the key falls back to per-thread storage (`thread_local!`).
+/// Usable at module level and inside function bodies; the initialiser may
+/// be written `const { ... }` as with `thread_local!` (it is still evaluated
+/// per goroutine). See [`LocalKey`].
+#[macro_export]
+macro_rules! goroutine_local {
+    () => {};
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block; $($rest:tt)*) => {
+        $crate::goroutine_local!($(#[$attr])* $vis static $name: $t = $init; $($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const $init:block) => {
+        $crate::goroutine_local!($(#[$attr])* $vis static $name: $t = $init);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
+        $crate::goroutine_local!($(#[$attr])* $vis static $name: $t = $init);
+        $crate::goroutine_local!($($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr) => {
+        $(#[$attr])* $vis static $name: $crate::LocalKey<$t> = {
+            fn __goro_local_init() -> $t {
+                $init
+            }
+            fn __goro_local_thread() -> *const $t {
+                ::std::thread_local! {
+                    static __GORO_LOCAL_FALLBACK: $t = __goro_local_init();
+                }
+                __GORO_LOCAL_FALLBACK.with(|v| v as *const $t)
+            }
+            $crate::LocalKey::__new(__goro_local_init, __goro_local_thread)
+        };
+    };
+}
 
 /// Drops the current goroutine's locals. Called on the goroutine's own
-/// stack right after its closure returns (or panics).
+/// stack right after its closure returns (or panics), so destructors run
+/// in the goroutine (and may use goroutine-locals again: each round's new
+/// values are dropped in the next round).
 pub(crate) fn drop_locals() {
     let gp = crate::m::getg();
     if gp.is_null() {
         return;
     }
-    // SAFETY: the running G; `locals` is touched only by the G itself.
-    let locals = unsafe { (*gp).locals.replace(core::ptr::null_mut()) };
-    debug_assert!(locals.is_null(), "goroutine locals without an owner module");
+    let mut first_panic = None;
+    loop {
+        // SAFETY: the running G; `locals` is touched only by the G itself.
+        let p = unsafe { (*gp).locals.replace(ptr::null_mut()) }.cast::<Locals>();
+        if p.is_null() {
+            break;
+        }
+        // SAFETY: p came from Box::into_raw in goroutine_value and was
+        // detached from the G above, so this is its only owner. Dropping the
+        // Vec drops every value even if one destructor panics; the panic is
+        // caught so that values re-created meanwhile are dropped too and the
+        // G is left with no table (it may be reused).
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(unsafe { Box::from_raw(p) })
+        }));
+        if let Err(e) = r {
+            first_panic.get_or_insert(e);
+        }
+    }
+    if let Some(e) = first_panic {
+        std::panic::resume_unwind(e);
+    }
 }

@@ -100,3 +100,42 @@ pub(crate) fn page_size() -> usize {
     PAGE.store(p, core::sync::atomic::Ordering::Relaxed);
     p
 }
+
+/// Go's newosproc: starts a detached OS thread running `f(arg)` with a
+/// native stack of `stack_size` bytes, named `name` (≤ 15 bytes shown).
+///
+/// Runtime threads are created with pthread_create rather than
+/// std::thread so they inherit nothing from the creating thread (std's
+/// test-harness output capture in particular: goroutine output must not land
+/// in whichever test happened to start the runtime). `f` must not unwind.
+pub(crate) fn newosproc(
+    name: &str,
+    stack_size: usize,
+    f: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
+    arg: *mut libc::c_void,
+) -> std::io::Result<()> {
+    // SAFETY: attr is initialised by pthread_attr_init before use and
+    // destroyed after; the thread is detached so nothing joins it.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        let r = libc::pthread_attr_init(&mut attr);
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r));
+        }
+        let min = libc::PTHREAD_STACK_MIN.max(16 << 10);
+        libc::pthread_attr_setstacksize(&mut attr, stack_size.max(min));
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        let mut tid: libc::pthread_t = 0;
+        let r = libc::pthread_create(&mut tid, &attr, f, arg);
+        libc::pthread_attr_destroy(&mut attr);
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r));
+        }
+        let mut cname = [0u8; 16];
+        for (d, s) in cname.iter_mut().zip(name.bytes().take(15)) {
+            *d = s;
+        }
+        libc::pthread_setname_np(tid, cname.as_ptr().cast());
+    }
+    Ok(())
+}

@@ -97,7 +97,6 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
         }
     };
     g.stack.set(Some(st));
-    g.stack_released.set(false);
     // Put the closure at the top of the stack and the first frame below it.
     let size = core::mem::size_of::<F>();
     let align = core::mem::align_of::<F>().max(16);

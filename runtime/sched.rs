@@ -71,8 +71,11 @@ pub(crate) struct Synced {
     pub(crate) nmidle: i32,
     /// Ms created so far (next M id).
     pub(crate) mnext: i64,
-    /// Global free Gs (with stacks), count.
+    /// Global free Gs (with stacks): recently freed ("hot", stack pages
+    /// still resident) and scavenged ("cold", pages returned to the OS);
+    /// `ngfree` counts both.
     gfree: *mut G,
+    gfree_cold: *mut G,
     ngfree: i32,
     /// STW: Ps still to stop.
     stopwait: i32,
@@ -124,6 +127,7 @@ pub(crate) static SCHED: Sched = Sched {
         nmidle: 0,
         mnext: 0,
         gfree: ptr::null_mut(),
+        gfree_cold: ptr::null_mut(),
         ngfree: 0,
         stopwait: 0,
     }),
@@ -260,6 +264,33 @@ impl Synced {
         self.nmidle += 1;
     }
 
+    /// Pushes a dead G on the global hot free list.
+    fn gfree_push(&mut self, gp: *mut G) {
+        // SAFETY: gp is dead and owned by the caller until listed.
+        unsafe { (*gp).schedlink.set(self.gfree) };
+        self.gfree = gp;
+        self.ngfree += 1;
+        NGFREE.store(self.ngfree, Ordering::Relaxed);
+    }
+
+    /// Pops a dead G from the global free lists, hot stacks first; null if
+    /// both are empty.
+    fn gfree_pop(&mut self) -> *mut G {
+        let list = if self.gfree.is_null() {
+            &mut self.gfree_cold
+        } else {
+            &mut self.gfree
+        };
+        let gp = *list;
+        if !gp.is_null() {
+            // SAFETY: gp is on a global free list, owned under the lock.
+            *list = unsafe { (*gp).schedlink.get() };
+            self.ngfree -= 1;
+            NGFREE.store(self.ngfree, Ordering::Relaxed);
+        }
+        gp
+    }
+
     /// Go's mget.
     fn mget(&mut self) -> *mut M {
         let mp = self.midle;
@@ -344,7 +375,6 @@ pub(crate) fn gfput(pp: &P, gp: *mut G) {
     pp.gfree_n.set(pp.gfree_n.get() + 1);
     if pp.gfree_n.get() >= GFREE_MAX {
         let mut batch: *mut G = ptr::null_mut();
-        let mut n = 0;
         while pp.gfree_n.get() > GFREE_BATCH {
             let g1 = pp.gfree.get();
             // SAFETY: g1 is on our free list.
@@ -353,19 +383,14 @@ pub(crate) fn gfput(pp: &P, gp: *mut G) {
             pp.gfree_n.set(pp.gfree_n.get() - 1);
             g1r.schedlink.set(batch);
             batch = g1;
-            n += 1;
         }
         let mut s = SCHED.lock.lock();
         while !batch.is_null() {
             // SAFETY: batch is our private list.
             let next = unsafe { (*batch).schedlink.get() };
-            // SAFETY: as above.
-            unsafe { (*batch).schedlink.set(s.gfree) };
-            s.gfree = batch;
+            s.gfree_push(batch);
             batch = next;
         }
-        s.ngfree += n;
-        NGFREE.store(s.ngfree, Ordering::Relaxed);
     }
 }
 
@@ -378,12 +403,11 @@ pub(crate) fn gfget(pp: &P) -> *mut G {
     // Relaxed: a racy hint; the list itself is read under the lock.
     if pp.gfree.get().is_null() && NGFREE.load(Ordering::Relaxed) > 0 {
         let mut s = SCHED.lock.lock();
-        while pp.gfree_n.get() < GFREE_BATCH && !s.gfree.is_null() {
-            let gp = s.gfree;
-            // SAFETY: gp is on the global free list, owned under lock.
-            s.gfree = unsafe { (*gp).schedlink.get() };
-            s.ngfree -= 1;
-            NGFREE.store(s.ngfree, Ordering::Relaxed);
+        while pp.gfree_n.get() < GFREE_BATCH {
+            let gp = s.gfree_pop();
+            if gp.is_null() {
+                break;
+            }
             // SAFETY: now ours.
             unsafe { (*gp).schedlink.set(pp.gfree.get()) };
             pp.gfree.set(gp);
@@ -402,15 +426,7 @@ pub(crate) fn gfget(pp: &P) -> *mut G {
 
 /// A dead G from the global free list (for spawns from plain threads).
 pub(crate) fn gfget_global() -> *mut G {
-    let mut s = SCHED.lock.lock();
-    let gp = s.gfree;
-    if !gp.is_null() {
-        // SAFETY: on the global list, owned under lock.
-        s.gfree = unsafe { (*gp).schedlink.get() };
-        s.ngfree -= 1;
-        NGFREE.store(s.ngfree, Ordering::Relaxed);
-    }
-    gp
+    SCHED.lock.lock().gfree_pop()
 }
 
 // ---------------------------------------------------------------------------
@@ -503,12 +519,15 @@ fn newm(id: i64, pp: *mut P, spinning: bool) {
         (*mp).spinning.set(spinning);
     }
     SCHED.mcount.fetch_add(1, Ordering::Relaxed); // statistics only
-    let mpu = mp as usize;
-    let r = std::thread::Builder::new()
-        .name(format!("goro-m{id}"))
-        .stack_size(crate::m::G0_STACK_SIZE)
-        .spawn(move || mstart(mpu as *mut M));
-    if let Err(e) = r {
+    extern "C" fn mstart_c(arg: *mut libc::c_void) -> *mut libc::c_void {
+        mstart(arg.cast())
+    }
+    if let Err(e) = os::newosproc(
+        &format!("goro-m{id}"),
+        crate::m::G0_STACK_SIZE,
+        mstart_c,
+        mp.cast(),
+    ) {
         crate::throw::throwf(format_args!(
             "runtime: failed to create new OS thread (have {id} already): {e}"
         ));
@@ -1143,12 +1162,8 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
             }
             // SAFETY: gp is on p's free list and the world is stopped.
             p.gfree.set(unsafe { (*gp).schedlink.get() });
-            // SAFETY: as above.
-            unsafe { (*gp).schedlink.set(s.gfree) };
-            s.gfree = gp;
-            s.ngfree += 1;
+            s.gfree_push(gp);
         }
-        NGFREE.store(s.ngfree, Ordering::Relaxed);
         p.gfree_n.set(0);
         p.set_status(PStatus::Dead);
     }
@@ -1240,39 +1255,37 @@ pub(crate) fn stopm_pub(m: &M) {
     stopm(m);
 }
 
-/// Returns the cold pages of stacks on the global free list to the OS
-/// (`MADV_DONTNEED` below the hot top), once per stack until it is reused.
-/// Called by sysmon, without a P; the list is detached while it works so
-/// sched.lock is not held across system calls.
-pub(crate) fn scavenge_gfree() {
-    let (mut list, n) = {
+/// Returns the cold pages of up to `max` stacks on the global hot free
+/// list to the OS (`MADV_DONTNEED` below the hot top) and moves them to the
+/// cold list. Returns whether hot stacks remain. Called by sysmon, without a
+/// P, in small batches so a long list never keeps sysmon from its other
+/// duties; sched.lock is not held across the system calls.
+pub(crate) fn scavenge_gfree(max: usize) -> bool {
+    let mut batch: Vec<*mut G> = Vec::with_capacity(max);
+    {
         let mut s = SCHED.lock.lock();
-        let l = core::mem::replace(&mut s.gfree, ptr::null_mut());
-        let n = core::mem::replace(&mut s.ngfree, 0);
-        NGFREE.store(0, Ordering::Relaxed);
-        (l, n)
-    };
-    if list.is_null() {
-        return;
-    }
-    let head = list;
-    let mut tail = list;
-    while !list.is_null() {
-        // SAFETY: the detached list is ours alone.
-        let g = unsafe { &*list };
-        if !g.stack_released.get() {
-            if let Some(st) = g.stack.get() {
-                st.release_cold();
-            }
-            g.stack_released.set(true);
+        while batch.len() < max && !s.gfree.is_null() {
+            let gp = s.gfree;
+            // SAFETY: on the hot list, owned under the lock.
+            s.gfree = unsafe { (*gp).schedlink.get() };
+            s.ngfree -= 1;
+            batch.push(gp);
         }
-        tail = list;
-        list = g.schedlink.get();
+        NGFREE.store(s.ngfree, Ordering::Relaxed);
+    }
+    for &gp in &batch {
+        // SAFETY: detached from the list: ours alone.
+        if let Some(st) = unsafe { (*gp).stack.get() } {
+            st.release_cold();
+        }
     }
     let mut s = SCHED.lock.lock();
-    // SAFETY: tail is the last G of our detached list.
-    unsafe { (*tail).schedlink.set(s.gfree) };
-    s.gfree = head;
-    s.ngfree += n;
+    for gp in batch {
+        // SAFETY: ours until listed.
+        unsafe { (*gp).schedlink.set(s.gfree_cold) };
+        s.gfree_cold = gp;
+        s.ngfree += 1;
+    }
     NGFREE.store(s.ngfree, Ordering::Relaxed);
+    !s.gfree.is_null()
 }

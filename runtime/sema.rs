@@ -221,6 +221,7 @@ pub(crate) fn semacquire(addr: &AtomicU32, lifo: bool) {
 }
 
 #[cold]
+#[inline(never)]
 fn semacquire_slow(addr: &AtomicU32, lifo: bool) {
     let root = root_for(addr);
     let gp = parkable_g();
@@ -243,6 +244,7 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool) {
         root.nwait.fetch_add(1, Ordering::SeqCst);
         // (3): retry, to not miss a release made before (2) was visible.
         if cansemacquire(addr) {
+            // Under the lock; SeqCst like every nwait access (Go's Xadd).
             root.nwait.fetch_sub(1, Ordering::SeqCst);
             // SAFETY: taken above.
             unsafe { root.lock.unlock() };
@@ -284,8 +286,10 @@ pub(crate) fn semrelease(addr: &AtomicU32, handoff: bool) {
 }
 
 #[cold]
+#[inline(never)]
 fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
     root.lock.lock();
+    // Re-check under the lock (SeqCst: as at (b)).
     if root.nwait.load(Ordering::SeqCst) == 0 {
         // The count was already consumed by another waiter that gave up
         // waiting (its retry (3) succeeded): nobody to wake.
@@ -296,6 +300,7 @@ fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
     // SAFETY: we hold root.lock.
     let s = unsafe { root.dequeue(addr as *const AtomicU32 as usize) };
     if !s.is_null() {
+        // Under the lock; SeqCst like every nwait access (Go's Xadd).
         root.nwait.fetch_sub(1, Ordering::SeqCst);
     }
     // SAFETY: taken above.
@@ -377,7 +382,11 @@ impl SemaRoot {
                     return;
                 }
                 last = t;
-                pt = if addr < (*t).addr { &mut (*t).prev } else { &mut (*t).next };
+                pt = if addr < (*t).addr {
+                    &mut (*t).prev
+                } else {
+                    &mut (*t).next
+                };
                 t = *pt;
             }
             // A new leaf in the tree of unique addresses; the low bit makes
@@ -414,7 +423,11 @@ impl SemaRoot {
                 if (*s).addr == addr {
                     break;
                 }
-                ps = if addr < (*s).addr { &mut (*s).prev } else { &mut (*s).next };
+                ps = if addr < (*s).addr {
+                    &mut (*s).prev
+                } else {
+                    &mut (*s).next
+                };
                 s = *ps;
             }
             if s.is_null() {
@@ -434,13 +447,19 @@ impl SemaRoot {
                 if !(*t).next.is_null() {
                     (*(*t).next).parent = t;
                 }
-                (*t).waittail = if (*t).waitlink.is_null() { ptr::null_mut() } else { (*s).waittail };
+                (*t).waittail = if (*t).waitlink.is_null() {
+                    ptr::null_mut()
+                } else {
+                    (*s).waittail
+                };
                 (*s).waitlink = ptr::null_mut();
                 (*s).waittail = ptr::null_mut();
             } else {
                 // Rotate s down to a leaf, respecting priorities, then cut it.
                 while !(*s).next.is_null() || !(*s).prev.is_null() {
-                    if (*s).next.is_null() || (!(*s).prev.is_null() && (*(*s).prev).prio < (*(*s).next).prio) {
+                    if (*s).next.is_null()
+                        || (!(*s).prev.is_null() && (*(*s).prev).prio < (*(*s).next).prio)
+                    {
                         self.rotate_right(s);
                     } else {
                         self.rotate_left(s);
@@ -547,6 +566,11 @@ struct NotifyWaiter {
 /// Tickets are handed out in order and notify_one wakes the lowest
 /// unnotified ticket, so waiters are woken first-in first-out (by the order
 /// in which they called `add`).
+///
+/// Every atomic access to `wait` and `notify` is SeqCst, as in Go: the
+/// notifiers' fast paths compare the two counters without the lock, and a
+/// waiter's `add` (made while it holds the user's mutex) must be seen by any
+/// notifier that runs after the waiter unlocks.
 pub(crate) struct NotifyList {
     /// Ticket of the next waiter (Go's wait). Incremented outside the lock.
     wait: AtomicU32,
@@ -608,7 +632,12 @@ impl NotifyList {
         }
         let gp = parkable_g();
         let parker = Parker::new();
-        let mut w = NotifyWaiter { g: gp, parker: &parker, ticket: t, next: ptr::null_mut() };
+        let mut w = NotifyWaiter {
+            g: gp,
+            parker: &parker,
+            ticket: t,
+            next: ptr::null_mut(),
+        };
         let wp: *mut NotifyWaiter = &mut w;
         // SAFETY: under the lock; wp stays put until a notifier unlinks it,
         // which happens before it wakes us.
@@ -638,10 +667,13 @@ impl NotifyList {
         }
         self.lock.lock();
         // SAFETY: under the lock.
-        let mut s = unsafe { core::mem::replace(&mut *self.list.get(), (ptr::null_mut(), ptr::null_mut())).0 };
+        let mut s = unsafe {
+            core::mem::replace(&mut *self.list.get(), (ptr::null_mut(), ptr::null_mut())).0
+        };
         // Every earlier ticket is either on the list we took or will see
         // itself notified when it reaches `wait`.
-        self.notify.store(self.wait.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.notify
+            .store(self.wait.load(Ordering::SeqCst), Ordering::SeqCst);
         // SAFETY: taken above.
         unsafe { self.lock.unlock() };
         while !s.is_null() {

@@ -14,6 +14,8 @@ pub(crate) const FORCE_PREEMPT_NS: i64 = 10_000_000;
 
 /// How often free goroutine stacks give their cold pages back (ns).
 const SCAVENGE_PERIOD_NS: i64 = 500_000_000;
+/// Stacks scavenged per sysmon tick (each costs one madvise).
+const SCAVENGE_BATCH: usize = 64;
 
 /// Preemption requests honoured (statistics; only grows).
 pub(crate) static PREEMPTIONS: AtomicU64 = AtomicU64::new(0);
@@ -37,22 +39,23 @@ struct PTick {
 pub(crate) fn start(cfg: &crate::Config) {
     SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
     SCHEDDETAIL.store(cfg.scheddetail, Ordering::Relaxed);
-    let r = std::thread::Builder::new()
-        .name("goro-sysmon".into())
-        .stack_size(64 << 10)
-        .spawn(sysmon);
-    if let Err(e) = r {
+    extern "C" fn sysmon_c(_: *mut libc::c_void) -> *mut libc::c_void {
+        sysmon()
+    }
+    if let Err(e) = crate::os::newosproc("goro-sysmon", 256 << 10, sysmon_c, core::ptr::null_mut())
+    {
         crate::throw::throwf(format_args!("runtime: cannot start sysmon: {e}"));
     }
 }
 
-fn sysmon() {
+fn sysmon() -> ! {
     let start = crate::os::nanotime();
     let mut ticks = vec![PTick::default(); sched::MAX_PROCS];
     let mut idle = 0u32;
     let mut delay = 20u64;
     let mut last_trace = start;
     let mut last_scavenge = start;
+    let mut scavenging = false;
     loop {
         if idle == 0 {
             delay = 20;
@@ -72,14 +75,31 @@ fn sysmon() {
                 sched::wakep();
             }
         }
+        // Stranded work: an idle P, no spinning M, yet runnable Gs in some
+        // busy P's queue. Go's spinning protocol can leave this state when
+        // a spinner keeps a stolen G in its queue while the last idle P
+        // appears (its M gave up without spinning), and relies on
+        // preempting the busy Gs to get there; goro, without asynchronous
+        // preemption yet, wakes a spinner instead.
+        if SCHED.npidle.load(Ordering::SeqCst) > 0 && SCHED.nmspinning.load(Ordering::SeqCst) == 0 {
+            let stranded = SCHED.runqsize.load(Ordering::Relaxed) > 0
+                || (0..sched::gomaxprocs()).any(|i| {
+                    let p = sched::allp(i);
+                    p.status() != crate::p::PStatus::Idle && !p.runq.is_empty()
+                });
+            if stranded {
+                sched::wakep();
+            }
+        }
         if retake(now, &mut ticks) {
             idle = 0;
         } else {
             idle += 1;
         }
-        if now - last_scavenge >= SCAVENGE_PERIOD_NS {
+        // Scavenge free stacks every SCAVENGE_PERIOD_NS, a batch per tick.
+        if scavenging || now - last_scavenge >= SCAVENGE_PERIOD_NS {
+            scavenging = sched::scavenge_gfree(SCAVENGE_BATCH);
             last_scavenge = now;
-            sched::scavenge_gfree();
         }
         let trace = SCHEDTRACE_MS.load(Ordering::Relaxed) as i64;
         if trace > 0 && now - last_trace >= trace * 1_000_000 {

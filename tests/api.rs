@@ -14,7 +14,27 @@ use goro::{
 };
 
 fn qemu() -> bool {
-    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
+}
+
+/// goro::run, re-raising a panic of the goroutine on the test thread with its
+/// message. (The runtime's threads inherit the output capture of whichever
+/// test started the runtime, so the panic hook's message may land in another
+/// test's captured output, and resume_unwind prints nothing.)
+fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
+        Ok(v) => v,
+        Err(p) => {
+            let msg = if let Some(s) = p.downcast_ref::<&str>() {
+                s.to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "<non-string payload>".to_string()
+            };
+            panic!("goroutine panicked: {msg}")
+        }
+    }
 }
 
 fn scale(n: usize) -> usize {
@@ -116,7 +136,7 @@ fn spawn_from_plain_thread() {
 
 #[test]
 fn join_returns_value() {
-    goro::run(|| {
+    run(|| {
         let h = goro::spawn(|| vec![1, 2, 3]);
         assert_eq!(h.join().unwrap(), vec![1, 2, 3]);
         let h = goro::go!(move || "from go!");
@@ -129,7 +149,7 @@ fn join_returns_value() {
 
 #[test]
 fn join_returns_err_payload_on_panic() {
-    goro::run(|| {
+    run(|| {
         let h = goro::spawn(|| -> i32 { panic!("static message") });
         assert_eq!(panic_message(&*h.join().unwrap_err()), "static message");
         let h = goro::spawn(|| -> i32 { panic!("formatted {}", 42) });
@@ -154,7 +174,7 @@ fn join_returns_err_payload_on_panic() {
 /// A panic in a detached goroutine does not take the runtime down.
 #[test]
 fn detached_panic_is_contained() {
-    goro::run(|| {
+    run(|| {
         let h = goro::spawn(|| panic!("detached"));
         let mut spins = 0;
         while !h.is_finished() {
@@ -172,7 +192,7 @@ fn detached_panic_is_contained() {
 
 #[test]
 fn is_finished() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<()>(0);
         let h = goro::spawn(move || rx.recv());
         let_others_run();
@@ -190,7 +210,7 @@ fn is_finished() {
 
 #[test]
 fn ids_unique_and_match_current_id() {
-    goro::run(|| {
+    run(|| {
         let me = goro::current_id().expect("current_id in a goroutine");
         let n = scale(1000);
         // Spawned concurrently from 8 spawners.
@@ -227,7 +247,7 @@ fn ids_unique_and_match_current_id() {
 #[test]
 fn current_id_none_on_plain_threads() {
     assert_eq!(goro::current_id(), None);
-    let id = goro::run(|| goro::current_id());
+    let id = goro::run(goro::current_id);
     assert!(id.is_some());
     // Back on the plain thread after run.
     assert_eq!(goro::current_id(), None);
@@ -238,7 +258,7 @@ fn current_id_none_on_plain_threads() {
 
 #[test]
 fn num_goroutine_counts_parked_goroutines() {
-    goro::run(|| {
+    run(|| {
         assert!(goro::num_goroutine() >= 1);
         let (tx, rx) = chan::<()>(0);
         let hs: Vec<_> = (0..50)
@@ -259,7 +279,7 @@ fn num_goroutine_counts_parked_goroutines() {
 
 #[test]
 fn builder_name_and_stack_size() {
-    goro::run(|| {
+    run(|| {
         let h = goro::Builder::new()
             .name(String::from("worker-1"))
             .stack_size(512 * 1024)
@@ -286,7 +306,7 @@ fn builder_name_and_stack_size() {
 /// Handles can be moved to and joined from other goroutines and plain threads.
 #[test]
 fn join_from_other_goroutine_and_thread() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(0);
         let a = goro::spawn(move || rx.recv().unwrap() * 2);
         let b = goro::spawn(move || a.join().unwrap() + 1);
@@ -299,7 +319,7 @@ fn join_from_other_goroutine_and_thread() {
 
 #[test]
 fn stats_fields() {
-    goro::run(|| {
+    run(|| {
         let s = goro::stats();
         // api.rs never changes GOMAXPROCS.
         assert_eq!(s.gomaxprocs as usize, goro::max_procs());
@@ -330,7 +350,7 @@ fn handles_and_ends_are_send_sync_clone() {
 
 #[test]
 fn send_on_closed_returns_value() {
-    goro::run(|| {
+    run(|| {
         for cap in [0usize, 1, 4] {
             let (tx, rx) = chan::<String>(cap);
             tx.close();
@@ -345,7 +365,7 @@ fn send_on_closed_returns_value() {
 
 #[test]
 fn try_send_full_and_closed() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<String>(1);
         assert!(tx.try_send("a".into()).is_ok());
         match tx.try_send("b".into()) {
@@ -381,7 +401,7 @@ fn try_send_full_and_closed() {
 
 #[test]
 fn try_recv_empty_and_closed() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(2);
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
         tx.send(1).unwrap();
@@ -407,7 +427,7 @@ fn try_recv_empty_and_closed() {
 
 #[test]
 fn recv_after_close_drains_then_errs() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(5);
         for i in 0..3 {
             tx.send(i).unwrap();
@@ -429,7 +449,7 @@ fn recv_after_close_drains_then_errs() {
 
 #[test]
 fn close_is_idempotent_len_capacity() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(3);
         assert_eq!((tx.capacity(), rx.capacity()), (3, 3));
         assert!(!tx.is_closed() && !rx.is_closed());
@@ -448,7 +468,7 @@ fn close_is_idempotent_len_capacity() {
 
 #[test]
 fn drop_last_sender_closes() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(4);
         let tx2 = tx.clone();
         tx.send(1).unwrap();
@@ -481,7 +501,7 @@ fn drop_last_sender_closes() {
 
 #[test]
 fn drop_last_receiver_fails_sends_and_drops_buffered() {
-    goro::run(|| {
+    run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::<Counted>(5);
         for i in 0..3 {
@@ -522,7 +542,7 @@ fn drop_last_receiver_fails_sends_and_drops_buffered() {
 /// last Receiver is dropped.
 #[test]
 fn blocked_sender_fails_when_last_receiver_dropped() {
-    goro::run(|| {
+    run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::<Counted>(0);
         let d = drops.clone();
@@ -540,7 +560,7 @@ fn blocked_sender_fails_when_last_receiver_dropped() {
 /// Dropping both ends drops the buffered values exactly once.
 #[test]
 fn dropping_channel_drops_buffered_values() {
-    goro::run(|| {
+    run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::<Counted>(8);
         for i in 0..5 {
@@ -560,7 +580,7 @@ fn dropping_channel_drops_buffered_values() {
 
 #[test]
 fn send_timeout_cases() {
-    goro::run(|| {
+    run(|| {
         let d = Duration::from_millis(30);
         // Full: times out (no earlier than d) with the value.
         let (tx, rx) = chan::<i32>(1);
@@ -595,7 +615,7 @@ fn send_timeout_cases() {
 
 #[test]
 fn recv_timeout_cases() {
-    goro::run(|| {
+    run(|| {
         let d = Duration::from_millis(30);
         let (tx, rx) = chan::<i32>(1);
         let start = Instant::now();
@@ -640,7 +660,7 @@ fn timeouts_on_plain_thread() {
 
 #[test]
 fn iter_and_into_iter() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(3);
         let h = goro::spawn(move || {
             for i in 0..100 {
@@ -686,7 +706,7 @@ fn plain_thread_to_goroutine() {
 fn goroutine_to_plain_thread() {
     let (tx, rx) = chan::<u64>(2);
     let t = std::thread::spawn(move || rx.iter().sum::<u64>());
-    goro::run(move || {
+    run(move || {
         for i in 0..1000 {
             tx.send(i).unwrap();
         }

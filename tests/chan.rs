@@ -18,7 +18,27 @@ use goro::{chan, RecvError, SendError, TryRecvError, TrySendError};
 
 /// GORO_QEMU=1: running under qemu-user, roughly 10x slower.
 fn qemu() -> bool {
-    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
+}
+
+/// goro::run, re-raising a panic of the goroutine on the test thread with its
+/// message. (The runtime's threads inherit the output capture of whichever
+/// test started the runtime, so the panic hook's message may land in another
+/// test's captured output, and resume_unwind prints nothing.)
+fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
+        Ok(v) => v,
+        Err(p) => {
+            let msg = if let Some(s) = p.downcast_ref::<&str>() {
+                s.to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "<non-string payload>".to_string()
+            };
+            panic!("goroutine panicked: {msg}")
+        }
+    }
 }
 
 fn scale(n: usize) -> usize {
@@ -55,7 +75,7 @@ fn let_others_run() {
 /// not block.
 #[test]
 fn chan_recv_from_empty_blocks() {
-    goro::run(|| {
+    run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
             let recv1 = Arc::new(AtomicBool::new(false));
@@ -109,7 +129,7 @@ fn chan_recv_from_empty_blocks() {
 /// TestChan: send to a full channel blocks; non-blocking send does not block.
 #[test]
 fn chan_send_to_full_blocks() {
-    goro::run(|| {
+    run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
             for i in 0..cap {
@@ -161,7 +181,7 @@ fn chan_send_to_full_blocks() {
 /// closed (Go's zero value / ok == false).
 #[test]
 fn chan_recv_from_closed() {
-    goro::run(|| {
+    run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
             for i in 0..cap {
@@ -182,7 +202,7 @@ fn chan_recv_from_closed() {
 /// TestChan: close unblocks a blocked receiver.
 #[test]
 fn chan_close_unblocks_recv() {
-    goro::run(|| {
+    run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
             let h = goro::spawn(move || rx.recv());
@@ -198,7 +218,7 @@ fn chan_close_unblocks_recv() {
 /// arrive exactly once each.
 #[test]
 fn chan_fifo_and_mpmc() {
-    goro::run(|| {
+    run(|| {
         const P: usize = 4;
         let l = scale(1000);
         for cap in capacities() {
@@ -280,7 +300,7 @@ fn chan_fifo_and_mpmc() {
 /// TestChan: len/cap.
 #[test]
 fn chan_len_cap() {
-    goro::run(|| {
+    run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
             assert_eq!((rx.len(), rx.capacity()), (0, cap));
@@ -301,7 +321,7 @@ fn chan_len_cap() {
 /// never "not ready").
 #[test]
 fn nonblock_recv_race() {
-    goro::run(|| {
+    run(|| {
         for i in 0..scale(10_000) {
             let (tx, rx) = chan::<i32>(1);
             tx.send(1).unwrap();
@@ -326,7 +346,7 @@ fn nonblock_recv_race() {
 /// default case must never run.
 #[test]
 fn nonblock_select_race() {
-    goro::run(|| {
+    run(|| {
         let (done_tx, done_rx) = chan::<bool>(1);
         for i in 0..scale(100_000) {
             let (c1_tx, c1_rx) = chan::<i32>(1);
@@ -357,7 +377,7 @@ fn nonblock_select_race() {
 /// TestNonblockSelectRace2: as above, but close(c2) replaces c2 <- 1.
 #[test]
 fn nonblock_select_race2() {
-    goro::run(|| {
+    run(|| {
         let (done_tx, done_rx) = chan::<bool>(1);
         for i in 0..scale(100_000) {
             let (c1_tx, c1_rx) = chan::<i32>(1);
@@ -389,7 +409,7 @@ fn nonblock_select_race2() {
 /// closes the queue, waits for the workers and closes the results channel.
 #[test]
 fn multi_consumer() {
-    goro::run(|| {
+    run(|| {
         const NWORK: usize = 23;
         let niter = scale(271_828);
         const PN: [usize; 10] = [2, 3, 7, 11, 13, 17, 19, 23, 27, 31];
@@ -462,7 +482,7 @@ fn stack_growth_recursive(i: usize) {
 /// stack) are exercised alongside stack use.
 #[test]
 fn blocked_send_with_stack_use() {
-    goro::run(|| {
+    run(|| {
         const N: usize = 10;
         let (tx, rx) = chan::<[u64; 64]>(0);
         let h = goro::spawn(move || {
@@ -492,7 +512,7 @@ fn blocked_send_with_stack_use() {
 /// neither.
 #[test]
 fn close_with_blocked_senders_exactly_once() {
-    goro::run(|| {
+    run(|| {
         for cap in [0usize, 1, 3, 16] {
             let (tx, rx) = chan::<usize>(cap);
             let n = 32;
@@ -536,7 +556,7 @@ fn close_with_blocked_senders_exactly_once() {
 /// Receivers blocked on a channel all wake with `Err` when it is closed.
 #[test]
 fn close_wakes_all_blocked_receivers() {
-    goro::run(|| {
+    run(|| {
         for cap in [0usize, 4] {
             let (tx, rx) = chan::<i32>(cap);
             let hs: Vec<_> = (0..64)
@@ -558,7 +578,7 @@ fn close_wakes_all_blocked_receivers() {
 /// and buffered transfer.
 #[test]
 fn large_and_zero_sized_values() {
-    goro::run(|| {
+    run(|| {
         for cap in [0usize, 1, 8] {
             let (tx, rx) = chan::<Box<[u8; 8192]>>(cap);
             let (btx, brx) = chan::<[u32; 1024]>(cap);
@@ -587,7 +607,7 @@ fn large_and_zero_sized_values() {
 /// (each value delivered exactly once).
 #[test]
 fn mpmc_sum_unbuffered_and_buffered() {
-    goro::run(|| {
+    run(|| {
         let per = scale(5_000);
         for cap in [0usize, 1, 7, 128] {
             let (tx, rx) = chan::<u64>(cap);

@@ -16,7 +16,27 @@ use std::time::{Duration, Instant};
 use goro::{chan, RecvError, SendError};
 
 fn qemu() -> bool {
-    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
+}
+
+/// goro::run, re-raising a panic of the goroutine on the test thread with its
+/// message. (The runtime's threads inherit the output capture of whichever
+/// test started the runtime, so the panic hook's message may land in another
+/// test's captured output, and resume_unwind prints nothing.)
+fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
+        Ok(v) => v,
+        Err(p) => {
+            let msg = if let Some(s) = p.downcast_ref::<&str>() {
+                s.to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "<non-string payload>".to_string()
+            };
+            panic!("goroutine panicked: {msg}")
+        }
+    }
 }
 
 fn scale(n: usize) -> usize {
@@ -58,7 +78,7 @@ fn assert_uniformish(counts: &[usize], what: &str) {
 /// listed first), each ready case is chosen about half the time.
 #[test]
 fn select_fairness() {
-    goro::run(|| {
+    run(|| {
         let trials = scale(10_000);
         let (c1_tx, c1_rx) = chan::<u8>(trials + 1);
         let (c2_tx, c2_rx) = chan::<u8>(trials + 1);
@@ -100,7 +120,7 @@ fn select_fairness() {
 /// about a quarter of the time.
 #[test]
 fn select_fairness_four_mixed_cases() {
-    goro::run(|| {
+    run(|| {
         let trials = scale(8_000);
         let (a_tx, a_rx) = chan::<u8>(trials);
         let (b_tx, b_rx) = chan::<u8>(trials);
@@ -129,7 +149,7 @@ fn select_fairness_four_mixed_cases() {
 /// without corrupting the wait queue.
 #[test]
 fn select_duplicate_channel() {
-    goro::run(|| {
+    run(|| {
         let (c_tx, c_rx) = chan::<i32>(0);
         let (d_tx, d_rx) = chan::<i32>(0);
         let (e_tx, e_rx) = chan::<i32>(0);
@@ -165,7 +185,7 @@ fn select_duplicate_channel() {
 /// exactly one value is consumed, and both arms get chosen.
 #[test]
 fn select_same_channel_twice_ready() {
-    goro::run(|| {
+    run(|| {
         let trials = scale(4_000);
         let (tx, rx) = chan::<usize>(trials);
         for i in 0..trials {
@@ -190,7 +210,7 @@ fn select_same_channel_twice_ready() {
 /// its own value.
 #[test]
 fn self_select() {
-    goro::run(|| {
+    run(|| {
         for cap in [0usize, 10] {
             let (tx, rx) = chan::<usize>(cap);
             let hs: Vec<_> = (0..2usize)
@@ -234,7 +254,7 @@ fn self_select() {
 /// Must not deadlock, and every count must come out exact.
 #[test]
 fn select_stress() {
-    goro::run(|| {
+    run(|| {
         let n = scale(100_000);
         let caps = [0usize, 0, 2, 3];
         let (txs, rxs): (Vec<_>, Vec<_>) = caps.iter().map(|&c| chan::<i32>(c)).unzip();
@@ -311,7 +331,7 @@ fn select_stress() {
 #[test]
 fn chan_send_interface() {
     struct Mt;
-    goro::run(|| {
+    run(|| {
         type Any = Arc<dyn std::any::Any + Send + Sync>;
         let m: Arc<Mt> = Arc::new(Mt);
         let (tx, rx) = chan::<Any>(1);
@@ -352,7 +372,7 @@ fn select_unchosen_send_values_not_leaked() {
             LIVE.fetch_sub(1, SeqCst);
         }
     }
-    goro::run(|| {
+    run(|| {
         let (a_tx, a_rx) = chan::<Tracked>(0);
         let (b_tx, _b_rx) = chan::<Tracked>(0);
         let (c_tx, c_rx) = chan::<i32>(0);
@@ -379,7 +399,7 @@ fn select_unchosen_send_values_not_leaked() {
 /// blocks (random enqueue order, unbuffered case).
 #[test]
 fn pseudo_random_send() {
-    goro::run(|| {
+    run(|| {
         let n = 100;
         for cap in [0usize, n] {
             let (tx, rx) = chan::<usize>(cap);
@@ -412,7 +432,7 @@ fn pseudo_random_send() {
 /// default.
 #[test]
 fn select_default() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(1);
         let (full_tx, _full_rx) = chan::<i32>(0);
         for _ in 0..100 {
@@ -459,7 +479,7 @@ fn select_expression_break_return() {
             }
         }
     }
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(32);
         for v in [1, 5, 11, 3] {
             tx.send(v).unwrap();
@@ -505,7 +525,7 @@ fn select_expression_break_return() {
 /// are ready with `Err(SendError(v))` carrying the value.
 #[test]
 fn select_on_closed_channels() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<String>(0);
         tx.close();
         let r = goro::select! {
@@ -532,7 +552,7 @@ fn select_on_closed_channels() {
 /// is closed, and when its last Receiver is dropped.
 #[test]
 fn select_blocked_send_woken_by_close_and_receiver_drop() {
-    goro::run(|| {
+    run(|| {
         for by_close in [true, false] {
             let (tx, rx) = chan::<i32>(0);
             let (_never_tx, never_rx) = chan::<i32>(0);
@@ -560,7 +580,7 @@ fn select_blocked_send_woken_by_close_and_receiver_drop() {
 /// A select blocked in receive arms wakes with `Err` when one channel closes.
 #[test]
 fn select_blocked_recv_woken_by_close() {
-    goro::run(|| {
+    run(|| {
         let (a_tx, a_rx) = chan::<i32>(0);
         let (_b_tx, b_rx) = chan::<i32>(0);
         let h = goro::spawn(move || {
@@ -579,7 +599,7 @@ fn select_blocked_recv_woken_by_close() {
 /// when nothing else is ready, and loses to a value that arrives.
 #[test]
 fn select_after_timeout_idiom() {
-    goro::run(|| {
+    run(|| {
         let (_tx, rx) = chan::<i32>(0);
         let d = Duration::from_millis(50);
         let start = Instant::now();
@@ -625,7 +645,7 @@ fn select_after_timeout_idiom() {
 /// every value is delivered exactly once.
 #[test]
 fn select_mpmc_exactly_once() {
-    goro::run(|| {
+    run(|| {
         let per = scale(2_000);
         let (a_tx, a_rx) = chan::<usize>(0);
         let (b_tx, b_rx) = chan::<usize>(3);

@@ -20,7 +20,27 @@ const CHILD_ENV: &str = "GORO_STACK_CHILD";
 const KIB: usize = 1024;
 
 fn qemu() -> bool {
-    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
+}
+
+/// goro::run, re-raising a panic of the goroutine on the test thread with its
+/// message. (The runtime's threads inherit the output capture of whichever
+/// test started the runtime, so the panic hook's message may land in another
+/// test's captured output, and resume_unwind prints nothing.)
+fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
+        Ok(v) => v,
+        Err(p) => {
+            let msg = if let Some(s) = p.downcast_ref::<&str>() {
+                s.to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "<non-string payload>".to_string()
+            };
+            panic!("goroutine panicked: {msg}")
+        }
+    }
 }
 
 /// Address of a local of the caller's frame: the stack position.
@@ -201,7 +221,7 @@ fn overflow_in_run_goroutine_aborts_with_message() {
 /// 100 KiB of frames on a 256 KiB stack.
 #[test]
 fn deep_recursion_on_256k_stack() {
-    goro::run(|| {
+    run(|| {
         let h = goro::Builder::new()
             .stack_size(256 * KIB)
             .spawn(|| {
@@ -217,7 +237,7 @@ fn deep_recursion_on_256k_stack() {
 /// goroutine and in the run goroutine itself.
 #[test]
 fn deep_recursion_on_default_stack() {
-    goro::run(|| {
+    run(|| {
         let h = goro::go!(|| {
             let top = stack_pos();
             use_stack(top, 100 * KIB, 0x33, &|| {})
@@ -232,7 +252,7 @@ fn deep_recursion_on_default_stack() {
 /// goroutine (possibly reusing that stack) does it again.
 #[test]
 fn deep_recursion_on_1m_stack() {
-    goro::run(|| {
+    run(|| {
         for tag in [1u8, 2] {
             let h = goro::Builder::new()
                 .stack_size(1024 * KIB)
@@ -251,7 +271,7 @@ fn deep_recursion_on_1m_stack() {
 /// still holds its tag (stacks are disjoint, context switches preserve them).
 #[test]
 fn concurrent_deep_stacks_do_not_overlap() {
-    goro::run(|| {
+    run(|| {
         const N: usize = 64;
         let (release_tx, release_rx) = chan::<()>(0);
         let (parked_tx, parked_rx) = chan::<()>(N);
@@ -300,7 +320,7 @@ fn deep_then_panic(depth: usize, drops: &Arc<AtomicUsize>) -> usize {
 /// stack (running every frame's destructor) and join returns the payload.
 #[test]
 fn panic_unwinds_through_deep_goroutine_stack() {
-    goro::run(|| {
+    run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let d = drops.clone();
         let h = goro::Builder::new()

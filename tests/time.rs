@@ -14,7 +14,27 @@ use goro::chan;
 use goro::time::{after, sleep, tick};
 
 fn qemu() -> bool {
-    std::env::var("GORO_QEMU").map_or(false, |v| v == "1")
+    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
+}
+
+/// goro::run, re-raising a panic of the goroutine on the test thread with its
+/// message. (The runtime's threads inherit the output capture of whichever
+/// test started the runtime, so the panic hook's message may land in another
+/// test's captured output, and resume_unwind prints nothing.)
+fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
+        Ok(v) => v,
+        Err(p) => {
+            let msg = if let Some(s) = p.downcast_ref::<&str>() {
+                s.to_string()
+            } else if let Some(s) = p.downcast_ref::<String>() {
+                s.clone()
+            } else {
+                "<non-string payload>".to_string()
+            };
+            panic!("goroutine panicked: {msg}")
+        }
+    }
 }
 
 fn scale(n: usize) -> usize {
@@ -29,7 +49,7 @@ fn scale(n: usize) -> usize {
 /// timer fires in the middle.
 #[test]
 fn sleep_lower_bound() {
-    goro::run(|| {
+    run(|| {
         let delay = Duration::from_millis(100);
         let h = goro::spawn(move || sleep(delay / 2));
         let start = Instant::now();
@@ -44,7 +64,7 @@ fn sleep_lower_bound() {
 /// delivers is no earlier than the deadline.
 #[test]
 fn after_lower_bound() {
-    goro::run(|| {
+    run(|| {
         let delay = Duration::from_millis(100);
         let start = Instant::now();
         let end = after(delay).recv().unwrap();
@@ -62,7 +82,7 @@ fn after_lower_bound() {
 /// upper bound of Go's test is left out on purpose).
 #[test]
 fn after_tick() {
-    goro::run(|| {
+    run(|| {
         const COUNT: u32 = 10;
         let delta = Duration::from_millis(10);
         let t0 = Instant::now();
@@ -117,7 +137,7 @@ fn after_queuing() {
         }
         Ok(())
     }
-    goro::run(|| {
+    run(|| {
         let mut last = Ok(());
         for i in 0..5u32 {
             let delta = Duration::from_millis((20 + i * 50) as u64);
@@ -135,7 +155,7 @@ fn after_queuing() {
 /// concurrently, all wake, none early.
 #[test]
 fn many_concurrent_timers() {
-    goro::run(|| {
+    run(|| {
         let n = scale(2000);
         let woke = Arc::new(AtomicUsize::new(0));
         let hs: Vec<_> = (0..n)
@@ -166,7 +186,7 @@ fn many_concurrent_timers() {
 /// per-P heaps; the receiver may run elsewhere).
 #[test]
 fn after_received_by_other_goroutine() {
-    goro::run(|| {
+    run(|| {
         let d = Duration::from_millis(30);
         let start = Instant::now();
         let timers: Vec<_> = (0..16).map(|_| after(d)).collect();
@@ -185,7 +205,7 @@ fn after_received_by_other_goroutine() {
 /// interleaved with channel operations; after(0) fires.
 #[test]
 fn sleep_zero() {
-    goro::run(|| {
+    run(|| {
         let h = goro::spawn(|| {
             for _ in 0..100 {
                 sleep(Duration::ZERO);
@@ -210,7 +230,7 @@ fn sleep_zero() {
 /// after(Duration::MAX) loses to after(25ms).
 #[test]
 fn overflow_sleep() {
-    goro::run(|| {
+    run(|| {
         let big = goro::spawn(|| {
             sleep(Duration::MAX);
             panic!("big sleep returned");
@@ -239,7 +259,7 @@ fn overflow_sleep() {
 /// "no timeout".
 #[test]
 fn max_timeouts_on_channels() {
-    goro::run(|| {
+    run(|| {
         let (tx, rx) = chan::<i32>(0);
         let h = goro::spawn(move || tx.send_timeout(5, Duration::MAX).is_ok());
         assert_eq!(rx.recv_timeout(Duration::MAX).ok(), Some(5));
@@ -252,7 +272,7 @@ fn max_timeouts_on_channels() {
 /// increasing, and a slow reader never finds more than one tick queued.
 #[test]
 fn tick_basics() {
-    goro::run(|| {
+    run(|| {
         let period = Duration::from_millis(20);
         let start = Instant::now();
         let rx = tick(period);
@@ -292,7 +312,7 @@ fn after_from_plain_thread() {
 /// recv_timeout / send_timeout never time out early.
 #[test]
 fn channel_timeouts_lower_bound() {
-    goro::run(|| {
+    run(|| {
         let d = Duration::from_millis(50);
         let (tx, rx) = chan::<i32>(0);
         let start = Instant::now();

@@ -116,7 +116,10 @@ pub(crate) struct RawMutex {
 
 impl RawMutex {
     pub(crate) const fn new() -> RawMutex {
-        RawMutex { state: AtomicI32::new(0), sema: AtomicU32::new(0) }
+        RawMutex {
+            state: AtomicI32::new(0),
+            sema: AtomicU32::new(0),
+        }
     }
 
     /// Go's Mutex.Lock. Parks the goroutine (blocks the thread) until the
@@ -125,7 +128,11 @@ impl RawMutex {
     pub(crate) fn lock(&self) {
         // Fast path: grab an unlocked mutex. Acquire: pairs with the Release
         // of the previous unlock, so its critical section happens before ours.
-        if self.state.compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        if self
+            .state
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             self.lock_slow();
         }
     }
@@ -140,11 +147,14 @@ impl RawMutex {
             return false;
         }
         // Acquire, as in lock.
-        self.state.compare_exchange(old, old | LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        self.state
+            .compare_exchange(old, old | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Go's Mutex.lockSlow.
     #[cold]
+    #[inline(never)]
     fn lock_slow(&self) {
         let mut wait_start: i64 = 0;
         let mut starving = false;
@@ -162,7 +172,10 @@ impl RawMutex {
                 if !awoke
                     && old & WOKEN == 0
                     && old >> WAITER_SHIFT != 0
-                    && self.state.compare_exchange(old, old | WOKEN, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+                    && self
+                        .state
+                        .compare_exchange(old, old | WOKEN, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
                 {
                     awoke = true;
                 }
@@ -194,7 +207,10 @@ impl RawMutex {
             // AcqRel: Acquire when this CAS takes the mutex (pairs with the
             // unlocker's Release); Release is free on an RMW and keeps the
             // waiter-count updates ordered with our earlier writes.
-            match self.state.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed) {
+            match self
+                .state
+                .compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     if old & (LOCKED | STARVING) == 0 {
                         return; // locked with the CAS
@@ -205,7 +221,8 @@ impl RawMutex {
                         wait_start = crate::os::nanotime();
                     }
                     semacquire(&self.sema, queue_lifo);
-                    starving = starving || crate::os::nanotime() - wait_start > STARVATION_THRESHOLD_NS;
+                    starving =
+                        starving || crate::os::nanotime() - wait_start > STARVATION_THRESHOLD_NS;
                     old = self.state.load(Ordering::Relaxed);
                     if old & STARVING != 0 {
                         // Ownership was handed to us, but the state is not yet
@@ -241,7 +258,10 @@ impl RawMutex {
     pub(crate) fn unlock(&self) {
         // Fast path: drop the lock bit. Release: publishes the critical
         // section to the next locker's Acquire.
-        let new = self.state.fetch_sub(LOCKED, Ordering::Release).wrapping_sub(LOCKED);
+        let new = self
+            .state
+            .fetch_sub(LOCKED, Ordering::Release)
+            .wrapping_sub(LOCKED);
         if new != 0 {
             self.unlock_slow(new);
         }
@@ -249,6 +269,7 @@ impl RawMutex {
 
     /// Go's Mutex.unlockSlow.
     #[cold]
+    #[inline(never)]
     fn unlock_slow(&self, new: i32) {
         if new.wrapping_add(LOCKED) & LOCKED == 0 {
             crate::throw::throw("sync: unlock of unlocked mutex");
@@ -266,7 +287,10 @@ impl RawMutex {
                 // published by this CAS (the unlock above did that); the
                 // semaphore orders the waiter's wake-up.
                 let new = (old - (1 << WAITER_SHIFT)) | WOKEN;
-                match self.state.compare_exchange(old, new, Ordering::Relaxed, Ordering::Relaxed) {
+                match self
+                    .state
+                    .compare_exchange(old, new, Ordering::Relaxed, Ordering::Relaxed)
+                {
                     Ok(_) => {
                         semrelease(&self.sema, false);
                         return;
@@ -317,7 +341,10 @@ unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
 impl<T> Mutex<T> {
     /// An unlocked mutex holding `value`.
     pub const fn new(value: T) -> Mutex<T> {
-        Mutex { raw: RawMutex::new(), data: UnsafeCell::new(value) }
+        Mutex {
+            raw: RawMutex::new(),
+            data: UnsafeCell::new(value),
+        }
     }
 
     /// Consumes the mutex and returns the value (no locking needed).
@@ -334,7 +361,10 @@ impl<T: ?Sized> Mutex<T> {
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_, T> {
         self.raw.lock();
-        MutexGuard { mutex: self, _marker: PhantomData }
+        MutexGuard {
+            mutex: self,
+            _marker: PhantomData,
+        }
     }
 
     /// Locks the mutex if that needs no waiting (Go's Mutex.TryLock); None
@@ -343,7 +373,10 @@ impl<T: ?Sized> Mutex<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         if self.raw.try_lock() {
-            Some(MutexGuard { mutex: self, _marker: PhantomData })
+            Some(MutexGuard {
+                mutex: self,
+                _marker: PhantomData,
+            })
         } else {
             None
         }

@@ -26,7 +26,10 @@ pub struct Once {
 impl Once {
     /// A Once that has not run yet.
     pub const fn new() -> Once {
-        Once { done: AtomicU32::new(0), m: RawMutex::new() }
+        Once {
+            done: AtomicU32::new(0),
+            m: RawMutex::new(),
+        }
     }
 
     /// Calls `f` if no call on this Once has run yet (Go's Once.Do). If a
@@ -48,6 +51,7 @@ impl Once {
     }
 
     #[cold]
+    #[inline(never)]
     fn do_slow<F: FnOnce()>(&self, f: F) {
         /// Unlocks the mutex and, when set, marks the Once done, also when
         /// `f` unwinds (Go's two defers).
@@ -65,7 +69,10 @@ impl Once {
             }
         }
         self.m.lock();
-        let mut fin = Finish { once: self, ran: false };
+        let mut fin = Finish {
+            once: self,
+            ran: false,
+        };
         // Relaxed: under the mutex, which orders this with the last store.
         if self.done.load(Ordering::Relaxed) == 0 {
             fin.ran = true;
@@ -82,6 +89,8 @@ impl Default for Once {
 
 impl core::fmt::Debug for Once {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Once").field("done", &self.is_completed()).finish()
+        f.debug_struct("Once")
+            .field("done", &self.is_completed())
+            .finish()
     }
 }

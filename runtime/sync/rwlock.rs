@@ -87,7 +87,10 @@ impl<T: ?Sized> RwLock<T> {
             // A writer is pending: wait for it. Its unlock releases us.
             semacquire(&self.reader_sem, false);
         }
-        RwLockReadGuard { lock: self, _marker: PhantomData }
+        RwLockReadGuard {
+            lock: self,
+            _marker: PhantomData,
+        }
     }
 
     /// Takes a read lock if no writer holds or waits for it (Go's
@@ -100,8 +103,18 @@ impl<T: ?Sized> RwLock<T> {
                 return None;
             }
             // Acquire, as in read.
-            match self.reader_count.compare_exchange_weak(c, c + 1, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return Some(RwLockReadGuard { lock: self, _marker: PhantomData }),
+            match self.reader_count.compare_exchange_weak(
+                c,
+                c + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Some(RwLockReadGuard {
+                        lock: self,
+                        _marker: PhantomData,
+                    })
+                }
                 Err(cur) => c = cur,
             }
         }
@@ -119,6 +132,7 @@ impl<T: ?Sized> RwLock<T> {
 
     /// Go's RWMutex.rUnlockSlow: a writer is pending.
     #[cold]
+    #[inline(never)]
     fn read_unlock_slow(&self, r: i32) {
         if r + 1 == 0 || r + 1 == -MAX_READERS {
             crate::throw::throw("sync: RUnlock of unlocked RWMutex");
@@ -143,7 +157,10 @@ impl<T: ?Sized> RwLock<T> {
         if r != 0 && self.reader_wait.fetch_add(r, Ordering::AcqRel) + r != 0 {
             semacquire(&self.writer_sem, false);
         }
-        RwLockWriteGuard { lock: self, _marker: PhantomData }
+        RwLockWriteGuard {
+            lock: self,
+            _marker: PhantomData,
+        }
     }
 
     /// Takes the write lock if it is entirely free (Go's RWMutex.TryLock).
@@ -161,7 +178,10 @@ impl<T: ?Sized> RwLock<T> {
             self.w.unlock();
             return None;
         }
-        Some(RwLockWriteGuard { lock: self, _marker: PhantomData })
+        Some(RwLockWriteGuard {
+            lock: self,
+            _marker: PhantomData,
+        })
     }
 
     /// Go's RWMutex.Unlock.

@@ -45,7 +45,12 @@ pub struct WaitGroup {
 impl WaitGroup {
     /// A group with counter 0.
     pub fn new() -> WaitGroup {
-        WaitGroup { inner: Arc::new(Inner { state: AtomicU64::new(0), sema: AtomicU32::new(0) }) }
+        WaitGroup {
+            inner: Arc::new(Inner {
+                state: AtomicU64::new(0),
+                sema: AtomicU32::new(0),
+            }),
+        }
     }
 
     /// Adds `n` to the counter (Go's WaitGroup.Add with a positive delta).
@@ -125,7 +130,10 @@ impl WaitGroup {
             }
             // Register as a waiter. Relaxed: ordering with the done calls
             // comes from the semaphore wake-up below.
-            if st.compare_exchange(state, state + 1, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            if st
+                .compare_exchange(state, state + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
                 semacquire(&self.inner.sema, false);
                 // Relaxed: the wake-up ordered the reset before this load.
                 if st.load(Ordering::Relaxed) != 0 {

@@ -1,0 +1,78 @@
+//! `Semaphore`: a counting semaphore directly on the runtime's semaphore
+//! table (sema.rs; Go's runtime_Semacquire / runtime_Semrelease).
+
+use crate::sema::{cansemacquire, semacquire, semrelease};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// A counting semaphore: `acquire` takes a permit, waiting (parking the
+/// goroutine, or blocking the thread) while none is available; `release`
+/// returns one and wakes the longest waiter. Waiters are queued FIFO, but
+/// like Go's runtime semaphore it does not hand permits over: a caller
+/// arriving just as a permit is released may take it first.
+///
+/// A release happens before the acquire that takes its permit. At most
+/// `u32::MAX` permits.
+///
+/// ```
+/// let s = goro::sync::Semaphore::new(1);
+/// s.acquire();
+/// assert!(!s.try_acquire());
+/// s.release();
+/// assert!(s.try_acquire());
+/// ```
+pub struct Semaphore {
+    /// Available permits (the semaphore word).
+    count: AtomicU32,
+}
+
+impl Semaphore {
+    /// A semaphore with `permits` available permits.
+    ///
+    /// Panics if `permits > u32::MAX`.
+    pub const fn new(permits: usize) -> Semaphore {
+        assert!(
+            permits <= u32::MAX as usize,
+            "goro::sync::Semaphore: more than u32::MAX permits"
+        );
+        Semaphore {
+            count: AtomicU32::new(permits as u32),
+        }
+    }
+
+    /// Takes a permit, parking the goroutine (blocking the thread) until
+    /// one is available.
+    pub fn acquire(&self) {
+        semacquire(&self.count, false);
+    }
+
+    /// Takes a permit if one is available now. Never blocks.
+    pub fn try_acquire(&self) -> bool {
+        cansemacquire(&self.count)
+    }
+
+    /// Returns a permit, waking one waiter if any. Never blocks.
+    ///
+    /// Panics if that would exceed `u32::MAX` available permits.
+    pub fn release(&self) {
+        // Relaxed: a racy overflow guard only; the release itself is ordered
+        // inside semrelease.
+        if self.count.load(Ordering::Relaxed) == u32::MAX {
+            panic!("goro::sync::Semaphore::release: more than u32::MAX permits");
+        }
+        semrelease(&self.count, false);
+    }
+
+    /// Permits available at this instant (a racy snapshot).
+    pub fn available_permits(&self) -> usize {
+        // Relaxed: a snapshot for display/heuristics.
+        self.count.load(Ordering::Relaxed) as usize
+    }
+}
+
+impl core::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("permits", &self.available_permits())
+            .finish()
+    }
+}

@@ -1,0 +1,348 @@
+//! goroutine_local! tests: one value per goroutine (also for goroutines
+//! that ran on the same M, and for reused Gs), values dropped when the
+//! goroutine exits (also by panic), recursive use from initialisers and
+//! destructors, the Cell/RefCell helpers, declarations inside function
+//! bodies, and the per-thread fallback on plain OS threads.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+use std::thread::ThreadId;
+
+use goro::chan;
+
+fn qemu() -> bool {
+    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
+}
+
+fn scale(n: usize) -> usize {
+    if qemu() {
+        (n / 10).max(1)
+    } else {
+        n
+    }
+}
+
+goro::goroutine_local! {
+    /// A per-goroutine counter.
+    static COUNTER: Cell<u64> = Cell::new(0);
+    static NAME: RefCell<String> = RefCell::new(String::from("init"));
+}
+
+/// The OS thread (M) the caller runs on right now.
+fn tid() -> ThreadId {
+    std::thread::current().id()
+}
+
+/// A goroutine-local value is private to its goroutine, also when two
+/// goroutines run one after the other on the same M: with one P, A sets its
+/// value and parks, B runs on the same thread and must see the initial
+/// value, and A's value survives B's writes.
+#[test]
+fn not_visible_from_another_goroutine_on_the_same_m() {
+    let prev = goro::set_max_procs(1);
+    let mut same_m_seen = false;
+    for _ in 0..20 {
+        let (same_m, ok) = goro::run(|| {
+            let (a_parked_tx, a_parked_rx) = chan::<ThreadId>(0);
+            let (b_done_tx, b_done_rx) = chan::<ThreadId>(0);
+            let a = goro::spawn(move || {
+                COUNTER.set(41);
+                NAME.set("a".into());
+                a_parked_tx.send(tid()).unwrap();
+                let b_tid = b_done_rx.recv().unwrap(); // park while B runs
+                (b_tid, COUNTER.get(), NAME.with_borrow(|s| s.clone()))
+            });
+            let a_tid = a_parked_rx.recv().unwrap();
+            let b = goro::spawn(move || {
+                let seen = (COUNTER.get(), NAME.with_borrow(|s| s.clone()));
+                COUNTER.set(7);
+                NAME.set("b".into());
+                b_done_tx.send(tid()).unwrap();
+                seen
+            });
+            let b_seen = b.join().unwrap();
+            let (b_tid, a_counter, a_name) = a.join().unwrap();
+            assert_eq!(
+                b_seen,
+                (0, "init".to_string()),
+                "B saw A's goroutine-local value"
+            );
+            assert_eq!(
+                (a_counter, a_name.as_str()),
+                (41, "a"),
+                "A's value changed while B ran"
+            );
+            // The main goroutine's own value is untouched too.
+            assert_eq!(COUNTER.get(), 0);
+            (a_tid == b_tid, true)
+        });
+        assert!(ok);
+        if same_m {
+            same_m_seen = true;
+            break;
+        }
+    }
+    goro::set_max_procs(prev);
+    assert!(
+        same_m_seen,
+        "with one P, A and B never shared an M in 20 tries; the test proved nothing"
+    );
+}
+
+/// Many goroutines at once, each incrementing its own counter across
+/// switch points (and possibly thread migrations): none sees another's.
+#[test]
+fn private_under_concurrency_and_migration() {
+    goro::run(|| {
+        let hs: Vec<_> = (0..64u64)
+            .map(|i| {
+                goro::spawn(move || {
+                    COUNTER.set(i * 1000);
+                    for k in 1..=scale(100) as u64 {
+                        goro::yield_now();
+                        COUNTER.set(COUNTER.get() + 1);
+                        assert_eq!(COUNTER.get(), i * 1000 + k);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}
+
+/// Every goroutine starts from the initial value, also when it reuses the
+/// G (and stack) of a goroutine that set the value and exited.
+#[test]
+fn each_goroutine_starts_from_init_also_reused_g() {
+    goro::run(|| {
+        for i in 0..scale(2000) as u64 {
+            let seen = goro::spawn(move || {
+                let seen = (COUNTER.get(), NAME.with_borrow(|s| s.clone()));
+                COUNTER.set(i + 1);
+                NAME.with_borrow_mut(|s| s.push_str("-dirty"));
+                seen
+            })
+            .join()
+            .unwrap();
+            assert_eq!(
+                seen,
+                (0, "init".to_string()),
+                "goroutine {i} inherited a value"
+            );
+        }
+    });
+}
+
+/// Sends its id on drop: observes when a goroutine-local value is dropped.
+struct Probe {
+    id: usize,
+    drops: Arc<AtomicUsize>,
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.drops.fetch_add(self.id, SeqCst);
+    }
+}
+
+goro::goroutine_local! {
+    static PROBE: RefCell<Option<Probe>> = const { RefCell::new(None) };
+}
+
+/// Values are dropped when the goroutine returns, before join returns; a
+/// goroutine that never touched the key creates and drops nothing.
+#[test]
+fn dropped_at_goroutine_exit() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d = drops.clone();
+    goro::run(move || {
+        let d2 = d.clone();
+        goro::spawn(move || PROBE.set(Some(Probe { id: 1, drops: d2 })))
+            .join()
+            .unwrap();
+        assert_eq!(
+            d.load(SeqCst),
+            1,
+            "value not dropped when the goroutine exited"
+        );
+        goro::spawn(|| ()).join().unwrap();
+        assert_eq!(d.load(SeqCst), 1);
+        // A parked goroutine keeps its value until it exits.
+        let (tx, rx) = chan::<()>(0);
+        let d3 = d.clone();
+        let h = goro::spawn(move || {
+            PROBE.set(Some(Probe { id: 10, drops: d3 }));
+            rx.recv().unwrap();
+        });
+        for _ in 0..10 {
+            goro::yield_now();
+        }
+        assert_eq!(d.load(SeqCst), 1, "value dropped while its goroutine lives");
+        tx.send(()).unwrap();
+        h.join().unwrap();
+        assert_eq!(d.load(SeqCst), 11);
+    });
+    assert_eq!(drops.load(SeqCst), 11);
+}
+
+/// A goroutine that panics still drops its values.
+#[test]
+fn dropped_when_goroutine_panics() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d = drops.clone();
+    let r = goro::spawn(move || {
+        PROBE.set(Some(Probe { id: 5, drops: d }));
+        panic!("boom (expected by the test)");
+    })
+    .join();
+    assert!(r.is_err());
+    assert_eq!(drops.load(SeqCst), 5);
+}
+
+goro::goroutine_local! {
+    static OUTER: RefCell<Option<Probe>> = const { RefCell::new(None) };
+    static INNER: RefCell<Option<Probe>> = const { RefCell::new(None) };
+}
+
+/// Sets INNER from OUTER's destructor: the re-created table is dropped in a
+/// second round, so both values are dropped and the G is left clean.
+struct SetsInnerOnDrop {
+    drops: Arc<AtomicUsize>,
+}
+
+impl Drop for SetsInnerOnDrop {
+    fn drop(&mut self) {
+        self.drops.fetch_add(100, SeqCst);
+        let d = self.drops.clone();
+        INNER.set(Some(Probe { id: 1000, drops: d }));
+    }
+}
+
+goro::goroutine_local! {
+    static RESURRECT: RefCell<Option<SetsInnerOnDrop>> = const { RefCell::new(None) };
+}
+
+#[test]
+fn destructor_using_goroutine_locals() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d = drops.clone();
+    goro::run(move || {
+        let d2 = d.clone();
+        goro::spawn(move || {
+            OUTER.set(Some(Probe {
+                id: 1,
+                drops: d2.clone(),
+            }));
+            RESURRECT.set(Some(SetsInnerOnDrop { drops: d2 }));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(d.load(SeqCst), 1101);
+        // The next goroutines start clean.
+        for _ in 0..10 {
+            let clean = goro::spawn(|| {
+                INNER.with_borrow(|v| v.is_none()) && OUTER.with_borrow(|v| v.is_none())
+            })
+            .join()
+            .unwrap();
+            assert!(
+                clean,
+                "a goroutine inherited a value re-created during destruction"
+            );
+        }
+    });
+}
+
+/// An initialiser may use other goroutine-locals; a value is created once
+/// per goroutine (lazily, on first use).
+#[test]
+fn lazy_init_once_per_goroutine() {
+    static INITS: AtomicUsize = AtomicUsize::new(0);
+    goro::goroutine_local! {
+        static BASE: u64 = 40;
+        static DERIVED: u64 = {
+            INITS.fetch_add(1, SeqCst);
+            BASE.with(|b| *b) + 2
+        };
+    }
+    goro::run(|| {
+        let before = INITS.load(SeqCst);
+        let hs: Vec<_> = (0..8)
+            .map(|_| {
+                goro::spawn(|| {
+                    let a = DERIVED.with(|v| *v);
+                    goro::yield_now();
+                    let b = DERIVED.with(|v| *v);
+                    (a, b)
+                })
+            })
+            .collect();
+        for h in hs {
+            assert_eq!(h.join().unwrap(), (42, 42));
+        }
+        assert_eq!(
+            INITS.load(SeqCst) - before,
+            8,
+            "one initialisation per goroutine"
+        );
+        goro::spawn(|| ()).join().unwrap();
+        assert_eq!(INITS.load(SeqCst) - before, 8, "initialised without use");
+    });
+}
+
+/// The Cell/RefCell helpers.
+#[test]
+fn cell_and_refcell_helpers() {
+    goro::run(|| {
+        goro::spawn(|| {
+            assert_eq!(COUNTER.get(), 0);
+            COUNTER.set(3);
+            assert_eq!(COUNTER.replace(4), 3);
+            assert_eq!(COUNTER.take(), 4);
+            assert_eq!(COUNTER.get(), 0);
+            NAME.with_borrow_mut(|s| s.push('!'));
+            assert_eq!(NAME.with_borrow(|s| s.clone()), "init!");
+            assert_eq!(NAME.replace("x".into()), "init!");
+            assert_eq!(NAME.take(), "x");
+            assert_eq!(NAME.with_borrow(|s| s.len()), 0);
+        })
+        .join()
+        .unwrap();
+    });
+}
+
+/// On plain OS threads the key falls back to per-thread storage: each
+/// thread starts from the initial value, and its value is dropped at
+/// thread exit.
+#[test]
+fn plain_thread_fallback() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let hs: Vec<_> = (0..4u64)
+        .map(|i| {
+            let d = drops.clone();
+            std::thread::spawn(move || {
+                assert_eq!(COUNTER.get(), 0, "thread inherited a value");
+                COUNTER.set(i);
+                std::thread::yield_now();
+                assert_eq!(COUNTER.get(), i);
+                PROBE.set(Some(Probe { id: 1, drops: d }));
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    assert_eq!(
+        drops.load(SeqCst),
+        4,
+        "thread values not dropped at thread exit"
+    );
+    // A thread's value is not a goroutine's value.
+    COUNTER.set(99);
+    let in_g = goro::spawn(|| COUNTER.get()).join().unwrap();
+    assert_eq!(in_g, 0);
+    assert_eq!(COUNTER.get(), 99);
+}
