@@ -3,10 +3,13 @@
 # corosensei and std threads where meaningful).
 #
 #   benches/compare.sh [workload ...]        # default: all workloads
+#   benches/compare.sh mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone
 #
 # Environment:
 #   REPEAT=5        runs per (workload, impl); the table shows the median
-#   IMPLS="..."     subset of: go goro may tokio corosensei std
+#   IMPLS="..."     subset of: go goro goro_std goro_pl may tokio corosensei std
+#                   (goro_std / goro_pl: goroutines using std::sync::Mutex /
+#                   parking_lot::Mutex, mutex workloads only)
 #   QUICK=1         divide every N by 10 (smoke test; numbers are noisier)
 #   TIMEOUT=120     seconds per single run; a run over it counts as n/a
 #
@@ -21,7 +24,7 @@ set -uo pipefail
 REPEAT=${REPEAT:-5}
 QUICK=${QUICK:-0}
 TIMEOUT=${TIMEOUT:-120}
-IMPLS=${IMPLS:-"go goro may tokio corosensei std"}
+IMPLS=${IMPLS:-"go goro goro_std goro_pl may tokio corosensei std"}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PEERS=$HERE/peers
 TARGET=$PEERS/target
@@ -31,7 +34,8 @@ BUILDLOG=$TARGET/compare-build.log
 : >"$RESULTS"
 : >"$BUILDLOG"
 
-ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss"
+SYNC_WORKLOADS="mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone"
+ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss $SYNC_WORKLOADS"
 WORKLOADS=${*:-$ALL_WORKLOADS}
 
 notes=()
@@ -95,6 +99,8 @@ n_for() { # workload impl -> N
         threadring) n=10000000 ;;
         select2) n=1000000 ;;
         rss) n=100000 ;;
+        mutex_uncontended | wg_uncontended) n=50000000 ;;
+        mutex | mutex_slack | mutex_work | wg_adddone) n=10000000 ;;
     esac
     # Scaled-down N for implementations whose per-op cost is 10-1000x higher,
     # to keep the whole script within ~10 minutes; ns/op stays comparable.
@@ -106,6 +112,9 @@ n_for() { # workload impl -> N
         std/rss) n=10000 ;; # 100k threads exceed vm.max_map_count (2 VMAs each)
         may/spawn) n=50000 ;; # ~50 us per spawn with 2 workers
         may/select2) n=20000 ;; # may::select! spawns a coroutine per arm
+        tokio/mutex_uncontended) n=10000000 ;; # ~60 ns per async lock/unlock
+        may/mutex | may/mutex_slack | may/mutex_work) n=2000000 ;; # ~400 ns/op contended
+        tokio/mutex | tokio/mutex_slack | tokio/mutex_work) n=2000000 ;;
     esac
     if [ "$QUICK" = 1 ]; then n=$((n / 10)); fi
     echo "$n"
@@ -115,6 +124,10 @@ applicable() { # impl workload
     case $1/$2 in
         corosensei/switch | corosensei/yield) return 0 ;;
         corosensei/*) return 1 ;;
+        goro_std/mutex* | goro_pl/mutex*) return 0 ;;
+        goro_std/* | goro_pl/*) return 1 ;; # foreign locks: mutex workloads only
+        go/wg_* | goro/wg_*) return 0 ;;
+        */wg_*) return 1 ;; # no WaitGroup in may, tokio, std
     esac
     return 0
 }
@@ -209,8 +222,9 @@ cell() { # w i
     fi
 }
 
+ALL_IMPLS="go goro goro_std goro_pl may tokio corosensei std"
 for w in $WORKLOADS; do
-    for i in go goro may tokio corosensei std; do
+    for i in $ALL_IMPLS; do
         # shellcheck disable=SC2086
         MED[$w/$i]=$(median ${VALS[$w/$i]:-})
         if [ -n "${NA[$w/$i]:-}" ]; then
@@ -222,8 +236,26 @@ done
 echo
 echo "### goro vs Go / may / tokio — median of $REPEAT runs ($(nproc) CPUs, $(go version 2>/dev/null | awk '{print $3}'), total ${elapsed}s)"
 echo
-echo "| workload | unit | go | goro | may | tokio | corosensei | std | goro/go | goro/may | goro/tokio |"
-echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+# Columns: the implementations that were run and apply to some workload.
+COLS=()
+for i in $ALL_IMPLS; do
+    [[ " $IMPLS " == *" $i "* ]] || continue
+    for w in $WORKLOADS; do
+        if applicable "$i" "$w"; then
+            COLS+=("$i")
+            break
+        fi
+    done
+done
+label() { case $1 in goro_std) echo "goro+std::Mutex" ;; goro_pl) echo "goro+parking_lot" ;; *) echo "$1" ;; esac; }
+head="| workload | unit |"
+rule="|---|---|"
+for i in "${COLS[@]}"; do
+    head+=" $(label "$i") |"
+    rule+="---:|"
+done
+echo "$head goro/go | goro/may | goro/tokio |"
+echo "$rule---:|---:|---:|"
 for w in $WORKLOADS; do
     p=$(procs_for "$w")
     unit="ns/op"
@@ -235,11 +267,12 @@ for w in $WORKLOADS; do
         switch) unit="ns/round trip" ;;
     esac
     g=${MED[$w/goro]:-}
-    printf '| %s (P=%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
-        "$w" "$p" "$unit" "$(cell "$w" go)" "$(cell "$w" goro)" "$(cell "$w" may)" \
-        "$(cell "$w" tokio)" "$(cell "$w" corosensei)" "$(cell "$w" std)" \
-        "$(ratio "$g" "${MED[$w/go]:-}")" "$(ratio "$g" "${MED[$w/may]:-}")" \
-        "$(ratio "$g" "${MED[$w/tokio]:-}")"
+    row="| $w (P=$p) | $unit |"
+    for i in "${COLS[@]}"; do
+        row+=" $(cell "$w" "$i") |"
+    done
+    row+=" $(ratio "$g" "${MED[$w/go]:-}") | $(ratio "$g" "${MED[$w/may]:-}") | $(ratio "$g" "${MED[$w/tokio]:-}") |"
+    echo "$row"
 done
 echo
 if [[ " $WORKLOADS " == *" threadring "* ]]; then

@@ -4,6 +4,8 @@
 // GOMAXPROCS comes from the environment (compare.sh sets it per workload).
 // Prints one line: RESULT <workload> go <ns_per_op> [key=value ...]
 //
+// The sync workloads (mutex_*, wg_*) are sync/mutex_test.go's and
+// sync/waitgroup_test.go's benchmarks under RunParallel (see runParallel).
 // chansync and prodcons100 are runtime/chan_test.go's benchmarkChanSync(0)
 // and benchmarkChanProdCons(100, 0) with b.N = N; spawn is
 // proc_test.go's benchmarkCreateGoroutines(procs=1). Shapes of the other
@@ -44,6 +46,10 @@ func defaultN(w string) int {
 		return 1000000
 	case "rss":
 		return 100000
+	case "mutex_uncontended", "wg_uncontended":
+		return 50000000
+	case "mutex", "mutex_slack", "mutex_work", "wg_adddone":
+		return 10000000
 	}
 	return 1000000
 }
@@ -265,6 +271,117 @@ func rss(n int) (float64, int64, int64, int) {
 	return float64(after-before) / float64(n), before, after, live
 }
 
+// ---------------------------------------------------------------------------
+// Sync workloads: sync/mutex_test.go and sync/waitgroup_test.go benchmarks
+// under b.RunParallel, with b.N = n. runParallel mirrors RunParallel:
+// parallelism*GOMAXPROCS goroutines take iterations from a shared budget,
+// grain at a time (RunParallel sizes its grain to ~100us of work, at most
+// 1e4; a fixed 1000 here, the same in benches/peers/src/common.rs).
+
+const grain = 1000
+
+type pb struct {
+	budget *int64
+	cache  int64
+}
+
+func (p *pb) Next() bool {
+	if p.cache == 0 {
+		left := atomic.AddInt64(p.budget, -grain) + grain
+		if left <= 0 {
+			return false
+		}
+		if left > grain {
+			left = grain
+		}
+		p.cache = left
+	}
+	p.cache--
+	return true
+}
+
+func runParallel(n, parallelism int, body func(p *pb)) (float64, int) {
+	workers := parallelism * runtime.GOMAXPROCS(0)
+	budget := int64(n)
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	t := time.Now()
+	for i := 0; i < workers; i++ {
+		go func() {
+			defer wg.Done()
+			body(&pb{budget: &budget})
+		}()
+	}
+	wg.Wait()
+	return perOp(time.Since(t), n), workers
+}
+
+// BenchmarkMutexUncontended.
+func mutexUncontended(n int) (float64, int) {
+	type PaddedMutex struct {
+		sync.Mutex
+		pad [128]uint8
+	}
+	return runParallel(n, 1, func(p *pb) {
+		var mu PaddedMutex
+		for p.Next() {
+			mu.Lock()
+			mu.Unlock()
+		}
+	})
+}
+
+// benchmarkMutex(slack, work): BenchmarkMutex, BenchmarkMutexSlack,
+// BenchmarkMutexWork.
+func benchmarkMutex(n int, slack, work bool) (float64, int) {
+	var mu sync.Mutex
+	parallelism := 1
+	if slack {
+		parallelism = 10
+	}
+	return runParallel(n, parallelism, func(p *pb) {
+		foo := 0
+		for p.Next() {
+			mu.Lock()
+			mu.Unlock()
+			if work {
+				for i := 0; i < 100; i++ {
+					foo *= 2
+					foo /= 2
+				}
+			}
+		}
+		_ = foo
+	})
+}
+
+// BenchmarkWaitGroupUncontended.
+func waitGroupUncontended(n int) (float64, int) {
+	type PaddedWaitGroup struct {
+		sync.WaitGroup
+		pad [128]uint8
+	}
+	return runParallel(n, 1, func(p *pb) {
+		var wg PaddedWaitGroup
+		for p.Next() {
+			wg.Add(1)
+			wg.Done()
+			wg.Wait()
+		}
+	})
+}
+
+// BenchmarkWaitGroupAddDone (benchmarkWaitGroupAddDone(b, 0)).
+func waitGroupAddDone(n int) (float64, int) {
+	var wg sync.WaitGroup
+	return runParallel(n, 1, func(p *pb) {
+		for p.Next() {
+			wg.Add(1)
+			wg.Done()
+		}
+	})
+}
+
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: go-peers <workload> [N]")
@@ -309,6 +426,24 @@ func main() {
 		per, before, after, live := rss(n)
 		fmt.Printf("RESULT rss go %.2f unit=bytes/goroutine rss_before_kb=%d rss_after_kb=%d num_goroutine=%d %s\n",
 			per, before/1024, after/1024, live, tail)
+	case "mutex_uncontended", "mutex", "mutex_slack", "mutex_work", "wg_uncontended", "wg_adddone":
+		var ns float64
+		var workers int
+		switch w {
+		case "mutex_uncontended":
+			ns, workers = mutexUncontended(n)
+		case "mutex":
+			ns, workers = benchmarkMutex(n, false, false)
+		case "mutex_slack":
+			ns, workers = benchmarkMutex(n, true, false)
+		case "mutex_work":
+			ns, workers = benchmarkMutex(n, false, true)
+		case "wg_uncontended":
+			ns, workers = waitGroupUncontended(n)
+		case "wg_adddone":
+			ns, workers = waitGroupAddDone(n)
+		}
+		fmt.Printf("RESULT %s go %.2f workers=%d %s\n", w, ns, workers, tail)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown workload", w)
 		os.Exit(2)

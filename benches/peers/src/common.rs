@@ -1,5 +1,7 @@
 //! Shared helpers: result type, RSS reading, workload constants.
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One workload invocation.
@@ -85,4 +87,123 @@ pub fn pin_to_cpus(procs: usize) {
         }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Sync workloads (Go's sync benchmarks, b.RunParallel shape).
+
+/// One sync workload: Go's benchmark, its worker count and body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncShape {
+    /// Workers = parallelism * PROCS (Go's b.SetParallelism; default 1).
+    pub parallelism: usize,
+    /// What each iteration does.
+    pub op: SyncOp,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncOp {
+    /// BenchmarkMutexUncontended: each worker locks/unlocks its own mutex.
+    MutexOwn,
+    /// benchmarkMutex: all workers lock/unlock one mutex; `work`: then 100
+    /// rounds of `foo *= 2; foo /= 2` outside the lock.
+    MutexShared { work: bool },
+    /// BenchmarkWaitGroupUncontended: own group; add(1), done(), wait().
+    WgOwn,
+    /// BenchmarkWaitGroupAddDone: one shared group; add(1), done().
+    WgAddDone,
+}
+
+/// The sync workloads and their shapes (None: not a sync workload).
+pub fn sync_shape(workload: &str) -> Option<SyncShape> {
+    let (parallelism, op) = match workload {
+        "mutex_uncontended" => (1, SyncOp::MutexOwn),
+        "mutex" => (1, SyncOp::MutexShared { work: false }),
+        "mutex_slack" => (10, SyncOp::MutexShared { work: false }),
+        "mutex_work" => (1, SyncOp::MutexShared { work: true }),
+        "wg_uncontended" => (1, SyncOp::WgOwn),
+        "wg_adddone" => (1, SyncOp::WgAddDone),
+        _ => return None,
+    };
+    Some(SyncShape { parallelism, op })
+}
+
+/// Iterations a worker claims at a time from the shared budget (Go's
+/// RunParallel grain: ~100 µs of work, at most 10^4; fixed here, the same
+/// in benches/go/main.go).
+pub const GRAIN: i64 = 1000;
+
+/// Go's testing.PB: hands out iterations from a budget shared by all
+/// workers, GRAIN at a time.
+pub struct Pb {
+    budget: Arc<AtomicI64>,
+    cache: i64,
+}
+
+impl Pb {
+    pub fn new(budget: &Arc<AtomicI64>) -> Pb {
+        Pb { budget: budget.clone(), cache: 0 }
+    }
+
+    /// Go's pb.Next.
+    #[inline]
+    pub fn next(&mut self) -> bool {
+        if self.cache == 0 {
+            let left = self.budget.fetch_sub(GRAIN, Ordering::Relaxed);
+            if left <= 0 {
+                return false;
+            }
+            self.cache = left.min(GRAIN);
+        }
+        self.cache -= 1;
+        true
+    }
+}
+
+/// The "work" of benchmarkMutex(work=true): Go's source runs
+/// `for i := 0; i < 100; i++ { foo *= 2; foo /= 2 }`, but `foo` is dead and
+/// Go 1.19 compiles the arithmetic away, leaving an empty 100-iteration
+/// counted loop (INCQ/CMPQ/JL). This runs the same empty loop; the empty asm
+/// on the counter keeps LLVM from deleting or unrolling it.
+#[inline]
+pub fn local_work() {
+    let mut i: u64 = 0;
+    while i < 100 {
+        // SAFETY: an empty asm block that only claims to read and write i.
+        unsafe { std::arch::asm!("/* {0} */", inout(reg) i, options(nomem, nostack, preserves_flags)) };
+        i += 1;
+    }
+}
+
+/// A lock exercised by the mutex workloads (`()` payload: Go's benchmarks
+/// protect nothing).
+pub trait Lock: Send + Sync + 'static {
+    fn new() -> Self;
+    /// Lock and immediately unlock.
+    fn lock_unlock(&self);
+}
+
+impl Lock for std::sync::Mutex<()> {
+    fn new() -> Self {
+        std::sync::Mutex::new(())
+    }
+    #[inline]
+    fn lock_unlock(&self) {
+        drop(self.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
+impl Lock for parking_lot::Mutex<()> {
+    fn new() -> Self {
+        parking_lot::Mutex::new(())
+    }
+    #[inline]
+    fn lock_unlock(&self) {
+        drop(self.lock());
+    }
+}
+
+/// Result of a sync workload: ns/op = wall time / N (Go's RunParallel ns/op).
+pub fn sync_out(d: Duration, n: u64, workers: usize) -> Res {
+    Ok(Out::per_op(d, n).with("workers", workers))
 }

@@ -22,8 +22,103 @@ pub fn run(w: &Work) -> Res {
         "threadring" => goro::run_with(config(procs), move || threadring(n)),
         "select2" => goro::run_with(config(procs), move || select2(n)),
         "rss" => goro::run_with(config(procs), move || rss(n)),
-        other => Err(format!("unknown workload {other}")),
+        other => match sync_shape(other) {
+            Some(shape) => goro::run_with(config(procs), move || sync_bench::<GoroLock>(n, procs, shape, true)),
+            None => Err(format!("unknown workload {other}")),
+        },
     }
+}
+
+/// The `goro_std` / `goro_pl` rows: the mutex workloads run by goroutines,
+/// with std::sync::Mutex / parking_lot::Mutex instead of goro::sync::Mutex.
+pub fn run_foreign_lock(w: &Work, imp: &str) -> Res {
+    let (n, procs) = (w.n, w.procs);
+    let Some(shape) = sync_shape(w.name) else {
+        return not_applicable("only the mutex workloads run with a foreign lock");
+    };
+    if matches!(shape.op, SyncOp::WgOwn | SyncOp::WgAddDone) {
+        return not_applicable("std and parking_lot have no WaitGroup");
+    }
+    match imp {
+        "goro_std" => goro::run_with(config(procs), move || sync_bench::<std::sync::Mutex<()>>(n, procs, shape, false)),
+        "goro_pl" => goro::run_with(config(procs), move || sync_bench::<parking_lot::Mutex<()>>(n, procs, shape, false)),
+        other => Err(format!("unknown impl {other}")),
+    }
+}
+
+type GoroLock = goro::sync::Mutex<()>;
+
+impl Lock for GoroLock {
+    fn new() -> Self {
+        goro::sync::Mutex::new(())
+    }
+    #[inline]
+    fn lock_unlock(&self) {
+        drop(self.lock());
+    }
+}
+
+/// Go's sync benchmarks under b.RunParallel: parallelism * PROCS goroutines
+/// share N iterations (common.rs Pb). `wg`: whether goro::sync::WaitGroup
+/// workloads are allowed (the goro row).
+fn sync_bench<L: Lock>(n: u64, procs: usize, shape: SyncShape, wg: bool) -> Res {
+    if !wg && matches!(shape.op, SyncOp::WgOwn | SyncOp::WgAddDone) {
+        return not_applicable("no WaitGroup");
+    }
+    let workers = shape.parallelism * procs;
+    let budget = Arc::new(AtomicI64::new(n as i64));
+    let shared = Arc::new(L::new());
+    let shared_wg = goro::sync::WaitGroup::new();
+    let t = Instant::now();
+    let hs: Vec<_> = (0..workers)
+        .map(|_| {
+            let (budget, shared, shared_wg) = (budget.clone(), shared.clone(), shared_wg.clone());
+            goro::spawn(move || {
+                let mut pb = Pb::new(&budget);
+                match shape.op {
+                    SyncOp::MutexOwn => {
+                        // Go pads its per-goroutine mutex; this one lives on
+                        // the goroutine's own stack.
+                        let mu = L::new();
+                        let mu = std::hint::black_box(&mu);
+                        while pb.next() {
+                            mu.lock_unlock();
+                        }
+                    }
+                    SyncOp::MutexShared { work } => {
+                        while pb.next() {
+                            shared.lock_unlock();
+                            if work {
+                                local_work();
+                            }
+                        }
+                    }
+                    SyncOp::WgOwn => {
+                        // Go's PaddedWaitGroup: keep the next allocation
+                        // (another worker's group) off this cache line.
+                        let wg = goro::sync::WaitGroup::new();
+                        let pad = std::hint::black_box(Box::new([0u8; 128]));
+                        while pb.next() {
+                            wg.add(1);
+                            wg.done();
+                            wg.wait();
+                        }
+                        drop(pad);
+                    }
+                    SyncOp::WgAddDone => {
+                        while pb.next() {
+                            shared_wg.add(1);
+                            shared_wg.done();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().map_err(|_| "goroutine panicked".to_string())?;
+    }
+    sync_out(t.elapsed(), n, workers)
 }
 
 #[cfg(feature = "goro_switch")]

@@ -31,8 +31,14 @@ pub const WORKLOADS: &[&str] = &[
     "threadring",
     "select2",
     "rss",
+    "mutex_uncontended",
+    "mutex",
+    "mutex_slack",
+    "mutex_work",
+    "wg_uncontended",
+    "wg_adddone",
 ];
-pub const IMPLS: &[&str] = &["goro", "may", "tokio", "corosensei", "std"];
+pub const IMPLS: &[&str] = &["goro", "goro_std", "goro_pl", "may", "tokio", "corosensei", "std"];
 
 /// Default N per workload (compare.sh passes N explicitly).
 fn default_n(workload: &str) -> u64 {
@@ -45,6 +51,8 @@ fn default_n(workload: &str) -> u64 {
         "threadring" => 10_000_000,
         "select2" => 1_000_000,
         "rss" => 100_000,
+        "mutex_uncontended" | "wg_uncontended" => 50_000_000,
+        "mutex" | "mutex_slack" | "mutex_work" | "wg_adddone" => 10_000_000,
         _ => 1_000_000,
     }
 }
@@ -88,6 +96,7 @@ fn main() {
 
     let res: Res = match imp {
         "goro" => run_goro(&w),
+        "goro_std" | "goro_pl" => run_goro_foreign(&w, imp),
         "may" => may_impl::run(&w),
         "tokio" => tokio_impl::run(&w),
         "corosensei" => coro_impl::run(&w),
@@ -118,5 +127,15 @@ fn run_goro(w: &Work) -> Res {
 
 #[cfg(not(feature = "goro"))]
 fn run_goro(_w: &Work) -> Res {
+    Err("built-without-goro-feature".into())
+}
+
+#[cfg(feature = "goro")]
+fn run_goro_foreign(w: &Work, imp: &str) -> Res {
+    goro_impl::run_foreign_lock(w, imp)
+}
+
+#[cfg(not(feature = "goro"))]
+fn run_goro_foreign(_w: &Work, _imp: &str) -> Res {
     Err("built-without-goro-feature".into())
 }

@@ -25,7 +25,10 @@ pub fn run(w: &Work) -> Res {
             "threadring" => threadring(n),
             "select2" => select2(n),
             "rss" => rss(n),
-            other => Err(format!("unknown workload {other}")),
+            other => match sync_shape(other) {
+                Some(shape) => mutex_bench(n, procs, shape),
+                None => Err(format!("unknown workload {other}")),
+            },
         }
     };
     // Run the measured body as a coroutine, like Go's benchmark goroutine.
@@ -298,4 +301,42 @@ fn rss(n: u64) -> Res {
     let after = vm_rss();
     drop(tx);
     rss_out(before, after, n)
+}
+
+/// The mutex workloads with may::sync::Mutex (may has no WaitGroup):
+/// parallelism * PROCS coroutines share N iterations.
+fn mutex_bench(n: u64, procs: usize, shape: SyncShape) -> Res {
+    if matches!(shape.op, SyncOp::WgOwn | SyncOp::WgAddDone) {
+        return not_applicable("may has no WaitGroup");
+    }
+    let workers = shape.parallelism * procs;
+    let budget = Arc::new(AtomicI64::new(n as i64));
+    let shared = Arc::new(may::sync::Mutex::new(()));
+    let t = Instant::now();
+    let hs: Vec<_> = (0..workers)
+        .map(|_| {
+            let (budget, shared) = (budget.clone(), shared.clone());
+            may::go!(move || {
+                let mut pb = Pb::new(&budget);
+                let own = may::sync::Mutex::new(());
+                let own = std::hint::black_box(&own);
+                while pb.next() {
+                    match shape.op {
+                        SyncOp::MutexOwn => drop(own.lock().unwrap()),
+                        SyncOp::MutexShared { work } => {
+                            drop(shared.lock().unwrap());
+                            if work {
+                                local_work();
+                            }
+                        }
+                        _ => unreachable!(),
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().map_err(|_| "coroutine panicked".to_string())?;
+    }
+    sync_out(t.elapsed(), n, workers)
 }

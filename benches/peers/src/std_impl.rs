@@ -23,8 +23,49 @@ pub fn run(w: &Work) -> Res {
         "threadring" => threadring(n),
         "select2" => select2(n),
         "rss" => rss(n),
-        other => Err(format!("unknown workload {other}")),
+        other => match sync_shape(other) {
+            Some(shape) => mutex_bench(n, procs, shape),
+            None => Err(format!("unknown workload {other}")),
+        },
     }
+}
+
+/// The mutex workloads on OS threads with std::sync::Mutex (std has no
+/// WaitGroup). parallelism * PROCS threads on PROCS CPUs.
+fn mutex_bench(n: u64, procs: usize, shape: SyncShape) -> Res {
+    if matches!(shape.op, SyncOp::WgOwn | SyncOp::WgAddDone) {
+        return not_applicable("std has no WaitGroup");
+    }
+    let workers = shape.parallelism * procs;
+    let budget = Arc::new(AtomicI64::new(n as i64));
+    let shared = Arc::new(std::sync::Mutex::new(()));
+    let t = Instant::now();
+    let hs: Vec<_> = (0..workers)
+        .map(|_| {
+            let (budget, shared) = (budget.clone(), shared.clone());
+            thread::spawn(move || {
+                let mut pb = Pb::new(&budget);
+                let own = std::sync::Mutex::new(());
+                let own = std::hint::black_box(&own);
+                while pb.next() {
+                    match shape.op {
+                        SyncOp::MutexOwn => own.lock_unlock(),
+                        SyncOp::MutexShared { work } => {
+                            shared.lock_unlock();
+                            if work {
+                                local_work();
+                            }
+                        }
+                        _ => unreachable!(),
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().map_err(|_| "thread panicked")?;
+    }
+    sync_out(t.elapsed(), n, workers)
 }
 
 fn yield_pingpong(n: u64) -> Res {

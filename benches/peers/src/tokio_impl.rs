@@ -35,7 +35,10 @@ pub fn run(w: &Work) -> Res {
         "threadring" => Box::pin(threadring(n)),
         "select2" => Box::pin(select2(n)),
         "rss" => Box::pin(rss(n)),
-        other => return Err(format!("unknown workload {other}")),
+        other => match sync_shape(other) {
+            Some(shape) => Box::pin(mutex_bench(n, procs, shape)),
+            None => return Err(format!("unknown workload {other}")),
+        },
     };
     let r = rt.block_on(async move { tokio::spawn(fut).await });
     let out = r.map_err(|e| format!("task failed: {e}"))?;
@@ -237,4 +240,41 @@ async fn rss(n: u64) -> Res {
     let after = vm_rss();
     drop(tx);
     rss_out(before, after, n)
+}
+
+/// The mutex workloads with tokio::sync::Mutex (tokio has no WaitGroup):
+/// parallelism * PROCS tasks share N iterations.
+async fn mutex_bench(n: u64, procs: usize, shape: SyncShape) -> Res {
+    if matches!(shape.op, SyncOp::WgOwn | SyncOp::WgAddDone) {
+        return not_applicable("tokio has no WaitGroup");
+    }
+    let workers = shape.parallelism * procs;
+    let budget = Arc::new(AtomicI64::new(n as i64));
+    let shared = Arc::new(tokio::sync::Mutex::new(()));
+    let t = Instant::now();
+    let hs: Vec<_> = (0..workers)
+        .map(|_| {
+            let (budget, shared) = (budget.clone(), shared.clone());
+            tokio::spawn(async move {
+                let mut pb = Pb::new(&budget);
+                let own = tokio::sync::Mutex::new(());
+                while pb.next() {
+                    match shape.op {
+                        SyncOp::MutexOwn => drop(std::hint::black_box(&own).lock().await),
+                        SyncOp::MutexShared { work } => {
+                            drop(shared.lock().await);
+                            if work {
+                                local_work();
+                            }
+                        }
+                        _ => unreachable!(),
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.await.map_err(|e| e.to_string())?;
+    }
+    sync_out(t.elapsed(), n, workers)
 }
