@@ -277,6 +277,19 @@ mod tests {
         Box::into_raw(Box::new(i))
     }
 
+    /// Consumes an item made by `item`.
+    fn take(g: *mut usize) -> usize {
+        // SAFETY: every item comes from `item` and each is consumed once
+        // (what the tests check).
+        unsafe { *Box::from_raw(g) }
+    }
+
+    /// Reads an item without consuming it (leaks it: tests only).
+    fn peek(g: *mut usize) -> usize {
+        // SAFETY: items are live until taken; peeked ones are never taken.
+        unsafe { *g }
+    }
+
     #[test]
     fn put_get_fifo_and_runnext() {
         let q: Local<usize> = Local::new();
@@ -287,11 +300,11 @@ mod tests {
         // runnext first, then FIFO.
         let (g, inherit) = q.get().unwrap();
         assert!(inherit);
-        assert_eq!(unsafe { *Box::from_raw(g) }, 100);
+        assert_eq!(take(g), 100);
         for i in 0..10 {
             let (g, inherit) = q.get().unwrap();
             assert!(!inherit);
-            assert_eq!(unsafe { *Box::from_raw(g) }, i);
+            assert_eq!(take(g), i);
         }
         assert!(q.get().is_none());
         assert!(q.is_empty());
@@ -303,8 +316,8 @@ mod tests {
         q.put(item(1), true, |_| panic!("overflow"));
         q.put(item(2), true, |_| panic!("overflow"));
         assert_eq!(q.len(), 2);
-        assert_eq!(unsafe { *Box::from_raw(q.get().unwrap().0) }, 2);
-        assert_eq!(unsafe { *Box::from_raw(q.get().unwrap().0) }, 1);
+        assert_eq!(take(q.get().unwrap().0), 2);
+        assert_eq!(take(q.get().unwrap().0), 1);
     }
 
     #[test]
@@ -317,9 +330,9 @@ mod tests {
         q.put(item(999), false, |b| out.extend_from_slice(b));
         assert_eq!(out.len(), LOCAL_CAP / 2 + 1, "full queue accepted a put");
         for (i, &g) in out.iter().take(LOCAL_CAP / 2).enumerate() {
-            assert_eq!(unsafe { *g }, i);
+            assert_eq!(peek(g), i);
         }
-        assert_eq!(unsafe { *out[LOCAL_CAP / 2] }, 999);
+        assert_eq!(peek(out[LOCAL_CAP / 2]), 999);
         assert_eq!(q.len(), LOCAL_CAP / 2);
     }
 
@@ -331,14 +344,14 @@ mod tests {
             victim.put(item(i), false, |_| panic!("overflow"));
         }
         let g = thief.steal_from(&victim, false, false).unwrap();
-        assert_eq!(unsafe { *g }, 4); // took 0..5, returns the last
+        assert_eq!(peek(g), 4); // took 0..5, returns the last
         assert_eq!(thief.len(), 4);
         assert_eq!(victim.len(), 5);
         // runnext is stolen only when asked and the ring is empty.
         let v2: Local<usize> = Local::new();
         v2.put(item(7), true, |_| panic!("overflow"));
         assert!(thief.steal_from(&v2, false, false).is_none());
-        assert_eq!(unsafe { *thief.steal_from(&v2, true, false).unwrap() }, 7);
+        assert_eq!(peek(thief.steal_from(&v2, true, false).unwrap()), 7);
     }
 
     /// Deterministic-outcome stress: one owner puts/gets, several thieves
@@ -361,9 +374,9 @@ mod tests {
                 loop {
                     let finished = done.load(Ordering::Acquire);
                     if let Some(g) = mine.steal_from(&victim, true, false) {
-                        local.push(unsafe { *Box::from_raw(g) });
+                        local.push(take(g));
                         while let Some((g, _)) = mine.get() {
-                            local.push(unsafe { *Box::from_raw(g) });
+                            local.push(take(g));
                         }
                     } else if finished {
                         break;
@@ -377,17 +390,17 @@ mod tests {
         for i in 0..N {
             victim.put(item(i), i % 7 == 0, |b| {
                 for &g in b {
-                    overflowed.push(unsafe { *Box::from_raw(g) });
+                    overflowed.push(take(g));
                 }
             });
             if i % 3 == 0 {
                 if let Some((g, _)) = victim.get() {
-                    local.push(unsafe { *Box::from_raw(g) });
+                    local.push(take(g));
                 }
             }
         }
         while let Some((g, _)) = victim.get() {
-            local.push(unsafe { *Box::from_raw(g) });
+            local.push(take(g));
         }
         done.store(true, Ordering::Release);
         for h in hs {

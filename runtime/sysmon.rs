@@ -173,6 +173,7 @@ fn schedtrace(uptime_ns: i64) {
         u8::from(SCHED.gcwaiting.load(Ordering::Relaxed)),
         s.spinning_threads
     );
+    // SAFETY (both closures): Ms and Gs are never freed; racy diagnostic reads.
     let mid = |m: *mut crate::m::M| if m.is_null() { -1 } else { unsafe { (*m).id } };
     for i in 0..s.gomaxprocs {
         let p = sched::allp(i);
@@ -203,6 +204,7 @@ fn schedtrace(uptime_ns: i64) {
             if g.is_null() {
                 -1
             } else {
+                // SAFETY: Gs are never freed; a racy diagnostic read.
                 unsafe { (*g).goid.get() as i64 }
             }
         };

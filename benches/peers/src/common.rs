@@ -22,7 +22,10 @@ pub type Res = Result<Out, String>;
 
 impl Out {
     pub fn per_op(d: Duration, ops: u64) -> Out {
-        Out { value: d.as_nanos() as f64 / ops.max(1) as f64, extra: Vec::new() }
+        Out {
+            value: d.as_nanos() as f64 / ops.max(1) as f64,
+            extra: Vec::new(),
+        }
     }
     pub fn with(mut self, k: &str, v: impl ToString) -> Out {
         self.extra.push((k.to_string(), v.to_string()));
@@ -55,7 +58,12 @@ pub fn vm_rss() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     for line in s.lines() {
         if let Some(rest) = line.strip_prefix("VmRSS:") {
-            let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            let kb: u64 = rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0);
             return kb * 1024;
         }
     }
@@ -65,10 +73,13 @@ pub fn vm_rss() -> u64 {
 /// Result for an rss run.
 pub fn rss_out(before: u64, after: u64, n: u64) -> Res {
     let per = after.saturating_sub(before) as f64 / n.max(1) as f64;
-    Ok(Out { value: per, extra: Vec::new() }
-        .with("unit", "bytes/goroutine")
-        .with("rss_before_kb", before / 1024)
-        .with("rss_after_kb", after / 1024))
+    Ok(Out {
+        value: per,
+        extra: Vec::new(),
+    }
+    .with("unit", "bytes/goroutine")
+    .with("rss_before_kb", before / 1024)
+    .with("rss_after_kb", after / 1024))
 }
 
 pub fn not_applicable(what: &str) -> Res {
@@ -78,10 +89,14 @@ pub fn not_applicable(what: &str) -> Res {
 /// Pin the process (all future threads) to the first `procs` CPUs; used for
 /// the std-thread rows so "1 P" means one CPU.
 pub fn pin_to_cpus(procs: usize) {
+    // SAFETY: cpu_set_t is plain data, zeroed is a valid empty set; the
+    // libc calls only read/write that local set.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_ZERO(&mut set);
-        let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         for c in 0..procs.min(ncpu).max(1) {
             libc::CPU_SET(c, &mut set);
         }
@@ -142,7 +157,10 @@ pub struct Pb {
 
 impl Pb {
     pub fn new(budget: &Arc<AtomicI64>) -> Pb {
-        Pb { budget: budget.clone(), cache: 0 }
+        Pb {
+            budget: budget.clone(),
+            cache: 0,
+        }
     }
 
     /// Go's pb.Next.
@@ -170,7 +188,9 @@ pub fn local_work() {
     let mut i: u64 = 0;
     while i < 100 {
         // SAFETY: an empty asm block that only claims to read and write i.
-        unsafe { std::arch::asm!("/* {0} */", inout(reg) i, options(nomem, nostack, preserves_flags)) };
+        unsafe {
+            std::arch::asm!("/* {0} */", inout(reg) i, options(nomem, nostack, preserves_flags))
+        };
         i += 1;
     }
 }

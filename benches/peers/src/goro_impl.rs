@@ -23,7 +23,9 @@ pub fn run(w: &Work) -> Res {
         "select2" => goro::run_with(config(procs), move || select2(n)),
         "rss" => goro::run_with(config(procs), move || rss(n)),
         other => match sync_shape(other) {
-            Some(shape) => goro::run_with(config(procs), move || sync_bench::<GoroLock>(n, procs, shape, true)),
+            Some(shape) => goro::run_with(config(procs), move || {
+                sync_bench::<GoroLock>(n, procs, shape, true)
+            }),
             None => Err(format!("unknown workload {other}")),
         },
     }
@@ -40,8 +42,12 @@ pub fn run_foreign_lock(w: &Work, imp: &str) -> Res {
         return not_applicable("std and parking_lot have no WaitGroup");
     }
     match imp {
-        "goro_std" => goro::run_with(config(procs), move || sync_bench::<std::sync::Mutex<()>>(n, procs, shape, false)),
-        "goro_pl" => goro::run_with(config(procs), move || sync_bench::<parking_lot::Mutex<()>>(n, procs, shape, false)),
+        "goro_std" => goro::run_with(config(procs), move || {
+            sync_bench::<std::sync::Mutex<()>>(n, procs, shape, false)
+        }),
+        "goro_pl" => goro::run_with(config(procs), move || {
+            sync_bench::<parking_lot::Mutex<()>>(n, procs, shape, false)
+        }),
         other => Err(format!("unknown impl {other}")),
     }
 }
@@ -334,5 +340,7 @@ fn rss(n: u64) -> Res {
         goro::time::sleep(Duration::from_millis(1));
     }
     let woke = exited.load(SeqCst);
-    Ok(rss_out(before, after, n)?.with("num_goroutine", live).with("woken_after_close", woke))
+    Ok(rss_out(before, after, n)?
+        .with("num_goroutine", live)
+        .with("woken_after_close", woke))
 }

@@ -38,7 +38,15 @@ pub const WORKLOADS: &[&str] = &[
     "wg_uncontended",
     "wg_adddone",
 ];
-pub const IMPLS: &[&str] = &["goro", "goro_std", "goro_pl", "may", "tokio", "corosensei", "std"];
+pub const IMPLS: &[&str] = &[
+    "goro",
+    "goro_std",
+    "goro_pl",
+    "may",
+    "tokio",
+    "corosensei",
+    "std",
+];
 
 /// Default N per workload (compare.sh passes N explicitly).
 fn default_n(workload: &str) -> u64 {
@@ -92,7 +100,11 @@ fn main() {
         .get(3)
         .map(|s| s.parse().unwrap_or_else(|_| usage()))
         .unwrap_or_else(|| default_procs(workload));
-    let w = Work { name: workload, n, procs };
+    let w = Work {
+        name: workload,
+        n,
+        procs,
+    };
 
     let res: Res = match imp {
         "goro" => run_goro(&w),

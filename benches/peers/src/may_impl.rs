@@ -151,7 +151,11 @@ struct Bounded<T> {
 impl<T> Bounded<T> {
     fn new(cap: usize) -> Self {
         let (tx, rx) = mpmc::channel();
-        Bounded { tx, rx, slots: Arc::new(Semphore::new(cap)) }
+        Bounded {
+            tx,
+            rx,
+            slots: Arc::new(Semphore::new(cap)),
+        }
     }
     fn send(&self, v: T) {
         self.slots.wait();
@@ -286,7 +290,8 @@ fn rss(n: u64) -> Res {
         match r {
             Ok(h) => handles.push(h),
             Err(e) => {
-                let max_map = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap_or_default();
+                let max_map =
+                    std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap_or_default();
                 return Err(format!(
                     "spawn-failed-at-coroutine-{i}: {e} (vm.max_map_count={}; each may stack is an mmap with a guard page)",
                     max_map.trim()

@@ -20,9 +20,14 @@ type BoxFut = Pin<Box<dyn Future<Output = Res> + Send>>;
 pub fn run(w: &Work) -> Res {
     let (n, procs) = (w.n, w.procs);
     let rt = if procs <= 1 {
-        tokio::runtime::Builder::new_current_thread().enable_all().build()
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     } else {
-        tokio::runtime::Builder::new_multi_thread().worker_threads(procs).enable_all().build()
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(procs)
+            .enable_all()
+            .build()
     }
     .map_err(|e| format!("runtime build failed: {e}"))?;
     let fut: BoxFut = match w.name {
