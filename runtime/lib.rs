@@ -24,7 +24,10 @@
 //!   goexit), `proc` (newproc, JoinHandle), `timer` (per-P heaps),
 //!   `netpoll` (epoll wait/break), `signal` (guard-page faults),
 //!   `sysmon`, `syscall`.
-//! - user-facing: `sudog` (wait queues), `chan`, `select`, `time`.
+//! - user-facing: `sudog` (wait queues), `chan`, `select`, `time`,
+//!   `sema` (Go's semaphore table: waiters keyed by address), `sync`
+//!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
+//!   (`goroutine_local!`).
 //!
 //! # Thread affinity (read this if you use thread-locals)
 //! A goroutine may resume on a different OS thread after any switch point:

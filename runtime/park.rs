@@ -33,10 +33,28 @@ fn mcall(f: arch::McallFn) {
     }
 }
 
-/// Whether the caller runs on a goroutine (not g0, not a plain thread).
+/// The running G if it may park: a user G whose M holds a P. Null on g0,
+/// on a plain thread, and inside `enter_syscall`/`blocking` (the G has
+/// given up its P): those wait by blocking the thread instead.
+#[inline]
+pub(crate) fn parkable_g() -> *mut G {
+    let mp = getm();
+    if mp.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: this thread's M, alive forever; curg and p are owned by it.
+    let (gp, pp) = unsafe { ((*mp).curg.get(), (*mp).p.get()) };
+    if pp.is_null() {
+        core::ptr::null_mut()
+    } else {
+        gp
+    }
+}
+
+/// Whether the caller may park as a goroutine (see [`parkable_g`]).
 #[inline]
 pub(crate) fn in_goroutine() -> bool {
-    !crate::m::getg().is_null()
+    !parkable_g().is_null()
 }
 
 /// Go's gopark: park the current G; on g0 run `unlockf(gp, arg)`, and if
@@ -184,7 +202,7 @@ pub(crate) fn unlock_os_thread() {
 /// this G to (Go's stack-check preemption). Cheap; called at runtime entries.
 #[inline]
 pub(crate) fn preempt_check() {
-    let gp = crate::m::getg();
+    let gp = parkable_g();
     // SAFETY: gp is the running G (never freed) or null.
     if !gp.is_null() && unsafe { (*gp).preempt.load(Ordering::Relaxed) } {
         // SAFETY: as above.

@@ -201,7 +201,7 @@ impl<T> JoinHandle<T> {
         let p = &*self.packet;
         // Acquire: pairs with complete's Release.
         if p.state.load(Ordering::Acquire) != DONE {
-            let gp = crate::m::getg();
+            let gp = park::parkable_g();
             let w = Waiter {
                 g: gp,
                 parker: Parker::new(),

@@ -203,7 +203,7 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
     }
 
     // Pass 2: queue on every channel and park.
-    let gp = crate::m::getg();
+    let gp = park::parkable_g();
     let thread_gen = AtomicU64::new(2);
     let mut parker = Parker::new();
     let (gen, seq): (&AtomicU64, u64) = if gp.is_null() {

@@ -71,23 +71,7 @@ use parking_lot::lock_api::RawMutex as _;
 /// spread over all roots (Go's semTabSize).
 const SEM_TAB_SIZE: usize = 251;
 
-/// The goroutine the caller may park, or null if it must block its thread:
-/// on a plain thread, or on a goroutine whose M has no P (inside
-/// `blocking()`, status Syscall), which gopark cannot take.
-#[inline]
-pub(crate) fn parkable_g() -> *mut G {
-    let mp = crate::m::getm();
-    if mp.is_null() {
-        return ptr::null_mut();
-    }
-    // SAFETY: this thread's M, alive forever; curg and p are owned by it.
-    let (gp, pp) = unsafe { ((*mp).curg.get(), (*mp).p.get()) };
-    if pp.is_null() {
-        ptr::null_mut()
-    } else {
-        gp
-    }
-}
+use crate::park::parkable_g;
 
 /// Wakes a waiter: `goready` for a goroutine, `unpark` for a thread.
 /// The waiter record may be gone as soon as this starts.

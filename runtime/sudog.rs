@@ -32,10 +32,11 @@ pub(crate) struct Sudog {
 }
 
 impl Sudog {
-    /// A sudog for the caller: its G if on a goroutine, else `parker`.
+    /// A sudog for the caller: its G if it may park (`parkable_g`), else
+    /// `parker` (plain threads, and goroutines inside `blocking`).
     pub(crate) fn new_current(parker: &mut Parker, elem: *mut u8) -> Sudog {
         Sudog {
-            g: crate::m::getg(),
+            g: park::parkable_g(),
             parker,
             sel: ptr::null(),
             seq: 0,

@@ -23,9 +23,11 @@ pub struct SyscallGuard {
 
 /// Go's entersyscall (block variant): the calling goroutine is about to
 /// block its OS thread; its P is handed to another M so other goroutines
-/// keep running. Outside a goroutine this is a no-op.
+/// keep running. Outside a goroutine, or nested inside another
+/// `enter_syscall`, this is a no-op.
 pub fn enter_syscall() -> SyscallGuard {
-    let gp = crate::m::getg();
+    // Nested inside another enter_syscall (no P): nothing to hand off.
+    let gp = crate::park::parkable_g();
     if gp.is_null() {
         return SyscallGuard {
             active: false,

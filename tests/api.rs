@@ -789,3 +789,32 @@ fn mixed_threads_and_goroutines_mpmc() {
         assert_eq!(total, (n, n * (n - 1) / 2), "chan[{cap}]");
     }
 }
+
+/// Channel operations, joins, sleeps, select and nested `blocking` inside
+/// `goro::blocking` (the goroutine has no P there) block the thread instead
+/// of parking, and the goroutine continues normally afterwards.
+#[test]
+fn runtime_calls_inside_blocking() {
+    goro::run(|| {
+        let (tx, rx) = goro::chan::<u32>(0);
+        let h = goro::go!(move || {
+            for i in 0..3 {
+                tx.send(i).unwrap();
+            }
+        });
+        let got = goro::blocking(|| {
+            let a = rx.recv().unwrap();
+            let b = goro::select! { recv(rx) -> v => v.unwrap() };
+            let c = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+            goro::time::sleep(std::time::Duration::from_millis(1));
+            let nested = goro::blocking(|| 7);
+            (a, b, c, nested)
+        });
+        assert_eq!(got, (0, 1, 2, 7));
+        h.join().unwrap();
+        // Back on a P: parking works again.
+        let (tx2, rx2) = goro::chan::<u32>(0);
+        goro::go!(move || tx2.send(9).unwrap());
+        assert_eq!(rx2.recv().unwrap(), 9);
+    });
+}

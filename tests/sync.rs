@@ -44,7 +44,11 @@ struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
 
 fn watchdog() -> Watchdog {
     let name = std::thread::current().name().unwrap_or("?").to_string();
-    let limit = Duration::from_secs(if qemu() { 1200 } else { 240 });
+    // GORO_WATCHDOG_SECS overrides the limit (for hunting a hang quickly).
+    let secs = std::env::var("GORO_WATCHDOG_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let limit = Duration::from_secs(secs.unwrap_or(if qemu() { 1200 } else { 240 }));
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
@@ -1109,18 +1113,19 @@ fn cond_signal_fifo() {
         let n = scale(100).max(10);
         let (running_tx, running_rx) = chan::<bool>(n);
         let (awake_tx, awake_rx) = chan::<usize>(n);
+        let mut hs = Vec::new();
         for i in 0..n {
             {
                 let (pair, running_tx, awake_tx) =
                     (pair.clone(), running_tx.clone(), awake_tx.clone());
-                goro::spawn(move || {
+                hs.push(goro::spawn(move || {
                     let (m, c) = &*pair;
                     let g = m.lock();
                     running_tx.send(true).unwrap();
                     let g = c.wait(g);
                     awake_tx.send(i).unwrap();
                     drop(g);
-                });
+                }));
             }
             if i > 0 {
                 let a = awake_rx.recv().unwrap();
@@ -1131,6 +1136,10 @@ fn cond_signal_fifo() {
             let g = m.lock();
             c.notify_one();
             drop(g);
+        }
+        assert_eq!(awake_rx.recv().unwrap(), n - 1, "wrong goroutine woke up");
+        for h in hs {
+            h.join().unwrap();
         }
     });
 }
