@@ -27,12 +27,9 @@
 
     .text
 
-// fn goro_switch(save_sp: *mut usize /* x0 */, new_sp: usize /* x1 */)
-    .globl goro_switch
-    .type goro_switch,%function
-    .p2align 4
-goro_switch:
-    .cfi_startproc
+// SAVE_FRAME: push a SwitchFrame (callee-saved registers, d8-d15, fpcr)
+// with CFI for fp and lr. Clobbers x9 (a temporary, never an argument).
+    .macro SAVE_FRAME
     sub sp, sp, #176                // room for the frame
     .cfi_def_cfa_offset 176
     stp x19, x20, [sp, #0]          // callee-saved GPRs
@@ -49,6 +46,15 @@ goro_switch:
     stp d14, d15, [sp, #144]
     mrs x9, fpcr                    // FP control register
     str x9, [sp, #160]
+    .endm
+
+// fn goro_switch(save_sp: *mut usize /* x0 */, new_sp: usize /* x1 */)
+    .globl goro_switch
+    .type goro_switch,%function
+    .p2align 4
+goro_switch:
+    .cfi_startproc
+    SAVE_FRAME
     mov x9, sp
     str x9, [x0]                    // *save_sp = sp: suspended
     mov sp, x1                      // adopt the target's stack
@@ -105,22 +111,7 @@ goro_restore:
     .p2align 4
 goro_mcall:
     .cfi_startproc
-    sub sp, sp, #176
-    .cfi_def_cfa_offset 176
-    stp x19, x20, [sp, #0]
-    stp x21, x22, [sp, #16]
-    stp x23, x24, [sp, #32]
-    stp x25, x26, [sp, #48]
-    stp x27, x28, [sp, #64]
-    stp x29, x30, [sp, #80]
-    .cfi_offset x29, -96
-    .cfi_offset x30, -88
-    stp d8, d9, [sp, #96]
-    stp d10, d11, [sp, #112]
-    stp d12, d13, [sp, #128]
-    stp d14, d15, [sp, #144]
-    mrs x9, fpcr
-    str x9, [sp, #160]
+    SAVE_FRAME
     mov x9, sp
     str x9, [x0]                    // *save_sp = sp: the goroutine is suspended
     mov sp, x1                      // onto g0's stack

@@ -36,14 +36,11 @@
     .text
     // Intel syntax (global_asm!'s default on x86_64).
 
-// fn goro_switch(save_sp: *mut usize /* rdi */, new_sp: usize /* rsi */)
-// Saves the current context into *save_sp and resumes the one at new_sp.
-// Returns when another switch/gogo resumes the saved context.
-    .globl goro_switch
-    .type goro_switch,@function
-    .p2align 4
-goro_switch:
-    .cfi_startproc
+// SAVE_FRAME: push a SwitchFrame (callee-saved registers, MXCSR, x87 CW)
+// below the return address, with CFI for each slot, and leave the live FP
+// control state (MXCSR | x87 CW << 32) in rax. Clobbers r11 (caller-saved,
+// never an argument register), so rdi..r9 still hold the routine's arguments.
+    .macro SAVE_FRAME
     push rbp                        // callee-saved frame pointer
     .cfi_adjust_cfa_offset 8
     .cfi_rel_offset rbp, 0
@@ -66,13 +63,24 @@ goro_switch:
     .cfi_adjust_cfa_offset 8
     stmxcsr [rsp]                   // MXCSR (rounding mode, FTZ/DAZ, masks)
     fnstcw [rsp + 4]                // x87 control word
-    // rdx = live FP control state for goro_restore. Reload each store with
-    // a load of the same width: an 8-byte load spanning both stores would
-    // miss store-to-load forwarding and stall.
-    mov edx, [rsp]                  // MXCSR
+    // Reload each store with a load of the same width: an 8-byte load
+    // spanning both stores would miss store-to-load forwarding and stall.
+    mov r11d, [rsp]                 // MXCSR
     movzx eax, word ptr [rsp + 4]   // x87 CW
     shl rax, 32
-    or rdx, rax
+    or rax, r11                     // rax = live FP control state
+    .endm
+
+// fn goro_switch(save_sp: *mut usize /* rdi */, new_sp: usize /* rsi */)
+// Saves the current context into *save_sp and resumes the one at new_sp.
+// Returns when another switch/gogo resumes the saved context.
+    .globl goro_switch
+    .type goro_switch,@function
+    .p2align 4
+goro_switch:
+    .cfi_startproc
+    SAVE_FRAME
+    mov rdx, rax                    // live FP control state, for goro_restore
     mov [rdi], rsp                  // *save_sp = sp: this context is now suspended
     mov rsp, rsi                    // adopt the target's stack
     jmp goro_restore                // pop the target's frame and return into it
@@ -157,32 +165,7 @@ goro_restore:
     .p2align 4
 goro_mcall:
     .cfi_startproc
-    push rbp
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset rbp, 0
-    push rbx
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset rbx, 0
-    push r12
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r12, 0
-    push r13
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r13, 0
-    push r14
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r14, 0
-    push r15
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r15, 0
-    sub rsp, 8
-    .cfi_adjust_cfa_offset 8
-    stmxcsr [rsp]
-    fnstcw [rsp + 4]
-    mov r9d, [rsp]                  // MXCSR (same-width reloads: see goro_switch)
-    movzx eax, word ptr [rsp + 4]   // x87 CW
-    shl rax, 32
-    or rax, r9
+    SAVE_FRAME
     mov [r8], rax                   // *live_fp = this thread's FP control state
     mov [rdi], rsp                  // *save_sp = sp: the goroutine is suspended
     mov rsp, rsi                    // onto g0's stack (16-byte aligned base)
