@@ -818,3 +818,51 @@ fn runtime_calls_inside_blocking() {
         assert_eq!(rx2.recv().unwrap(), 9);
     });
 }
+
+const EXIT_CHILD_ENV: &str = "GORO_EXIT_CHILD";
+
+/// As in Go, a process whose main returns while goroutines are parked,
+/// sleeping or spinning exits normally. The scenario runs in a child process
+/// (this binary, this test, with EXIT_CHILD_ENV set), whose exit status the
+/// parent checks.
+#[test]
+fn process_exits_with_goroutines_still_alive() {
+    if std::env::var_os(EXIT_CHILD_ENV).is_some() {
+        let (tx, rx) = goro::chan::<u8>(0);
+        goro::go!(move || {
+            let _ = rx.recv();
+        });
+        goro::go!(|| goro::time::sleep(std::time::Duration::from_secs(3600)));
+        goro::go!(|| loop {
+            std::hint::spin_loop();
+        });
+        goro::run(goro::yield_now);
+        std::mem::forget(tx); // keep the receiver parked
+        return; // the test harness now exits the process
+    }
+    let exe = std::env::current_exe().unwrap();
+    let qemu = std::env::var_os("GORO_QEMU").is_some() && std::env::consts::ARCH == "aarch64";
+    let mut cmd = if qemu {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    let out = cmd
+        .args([
+            "process_exits_with_goroutines_still_alive",
+            "--exact",
+            "--test-threads=1",
+        ])
+        .env(EXIT_CHILD_ENV, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child exited with {:?}; stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+}
