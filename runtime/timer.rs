@@ -43,6 +43,27 @@ impl Timer {
 struct Heap {
     t: Vec<Timer>,
     seq: u64,
+    /// Heap size that triggers the next purge of stale timeouts.
+    purge_at: usize,
+}
+
+/// Smallest heap worth purging of stale timeouts.
+const PURGE_MIN: usize = 1024;
+
+impl Timer {
+    /// A select/timed-wait timeout whose wait already completed (its G has
+    /// moved to another generation): firing it would do nothing.
+    fn is_stale(&self) -> bool {
+        match self.action {
+            Action::SelTimeout { gp, seq } => {
+                // SAFETY: Gs are never freed; a racy read only decides
+                // whether to drop a timer whose CAS would fail anyway
+                // (generations only grow, so stale stays stale).
+                unsafe { (*gp).selgen.load(Ordering::Relaxed) != 2 * seq }
+            }
+            _ => false,
+        }
+    }
 }
 
 /// A P's timers.
@@ -61,6 +82,7 @@ impl Timers {
             heap: Mutex::new(Heap {
                 t: Vec::new(),
                 seq: 0,
+                purge_at: PURGE_MIN,
             }),
             timer0_when: AtomicI64::new(0),
         }
@@ -74,6 +96,17 @@ impl Timers {
     /// Adds a timer; returns true if it is now the earliest.
     pub(crate) fn add(&self, when: i64, action: Action) -> bool {
         let mut h = self.heap.lock();
+        if h.t.len() >= h.purge_at {
+            // Timeouts of waits that completed early are never deleted
+            // eagerly (no cancellation on the hot path); drop them in bulk
+            // whenever the heap has doubled, so it stays within about twice
+            // the live timers (amortised O(1) per add).
+            h.t.retain(|t| !t.is_stale());
+            for i in (0..h.t.len() / 4 + 1).rev() {
+                sift_down(&mut h.t, i);
+            }
+            h.purge_at = (2 * h.t.len()).max(PURGE_MIN);
+        }
         h.seq += 1;
         let seq = h.seq;
         h.t.push(Timer { when, seq, action });
@@ -193,6 +226,36 @@ fn sift_down(t: &mut [Timer], mut i: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_timeouts_are_purged_and_live_ones_kept() {
+        let gp = crate::g::G::alloc(None);
+        // SAFETY: a fresh G used only as a generation word here.
+        let g = unsafe { &*gp };
+        let timers = Timers::new();
+        // 10,000 timed waits that completed before their timeout: the G's
+        // generation moved past each one.
+        for seq in 1..=10_000u64 {
+            g.selgen.store(2 * seq + 1, Ordering::Relaxed);
+            timers.add(i64::MAX - 1, Action::SelTimeout { gp, seq });
+        }
+        let live_seq = 10_001u64;
+        g.selgen.store(2 * live_seq, Ordering::Relaxed);
+        timers.add(1_000, Action::SelTimeout { gp, seq: live_seq });
+        let n = timers.heap.lock().t.len();
+        assert!(n < 2 * PURGE_MIN, "stale timeouts kept: {n} timers");
+        assert_eq!(
+            timers.next_when(),
+            1_000,
+            "the live timeout must survive and stay first"
+        );
+        // Heap order still holds after purges.
+        let mut h = timers.heap.lock();
+        for i in 1..h.t.len() {
+            assert!(h.t[(i - 1) / 4].key() <= h.t[i].key());
+        }
+        h.t.clear();
+    }
 
     #[test]
     fn heap_orders_by_when_then_seq() {
