@@ -78,7 +78,7 @@ pub(crate) struct G {
     /// Cooperative preemption request (Go's gp.preempt), set by sysmon/STW.
     pub(crate) preempt: AtomicBool,
     /// Name from Builder::name, for diagnostics.
-    pub(crate) name: Cell<Option<&'static str>>,
+    pub(crate) name: core::cell::UnsafeCell<Option<Box<str>>>,
     /// The M this G is locked to by lock_os_thread (Go's g.lockedm), and
     /// the nesting count. Written only by the G itself.
     pub(crate) lockedm: Cell<*mut M>,
@@ -108,7 +108,7 @@ impl G {
             param: AtomicUsize::new(0),
             selgen: AtomicU64::new(0),
             preempt: AtomicBool::new(false),
-            name: Cell::new(None),
+            name: core::cell::UnsafeCell::new(None),
             lockedm: Cell::new(ptr::null_mut()),
             locked_count: Cell::new(0),
             locals: Cell::new(ptr::null_mut()),

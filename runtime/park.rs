@@ -145,7 +145,8 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
     m.curg.set(core::ptr::null_mut());
     g.m.set(core::ptr::null_mut());
     g.goid.set(0);
-    g.name.set(None);
+    // SAFETY: the G is dead and ours; nothing else reads its name now.
+    drop(unsafe { (*g.name.get()).take() });
     g.preempt.store(false, Ordering::Relaxed);
     SCHED.ngoroutines.fetch_sub(1, Ordering::Relaxed); // statistics only
     let locked = !g.lockedm.replace(core::ptr::null_mut()).is_null();

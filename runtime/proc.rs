@@ -30,7 +30,7 @@ unsafe extern "C" fn goentry<F: FnOnce()>(arg: *mut u8) -> ! {
 pub(crate) fn newproc<F: FnOnce() + Send + 'static>(
     f: F,
     stack_size: Option<usize>,
-    name: Option<&'static str>,
+    name: Option<Box<str>>,
 ) -> std::io::Result<u64> {
     if core::mem::size_of::<F>() > MAX_INLINE_CLOSURE || core::mem::align_of::<F>() > 64 {
         let b: Box<dyn FnOnce() + Send> = Box::new(f);
@@ -42,7 +42,7 @@ pub(crate) fn newproc<F: FnOnce() + Send + 'static>(
 fn newproc_placed<F: FnOnce() + Send + 'static>(
     f: F,
     stack_size: Option<usize>,
-    name: Option<&'static str>,
+    name: Option<Box<str>>,
 ) -> std::io::Result<u64> {
     crate::ensure_started();
     park::preempt_check();
@@ -110,7 +110,8 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     unsafe { (*g.gobuf()).sp = sp };
     let goid = sched::next_goid(p);
     g.goid.set(goid);
-    g.name.set(name);
+    // SAFETY: the G is ours until queued below.
+    unsafe { *g.name.get() = name };
     g.param.store(0, Ordering::Relaxed);
     SCHED.ngoroutines.fetch_add(1, Ordering::Relaxed); // statistics only
     g.cas_status(GStatus::Dead, GStatus::Runnable);
@@ -250,7 +251,7 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
 pub(crate) fn spawn_with<F, T>(
     f: F,
     stack_size: Option<usize>,
-    name: Option<&'static str>,
+    name: Option<Box<str>>,
 ) -> std::io::Result<JoinHandle<T>>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -327,9 +328,6 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        // Names live as long as the process (goroutine names are few and
-        // diagnostic; a G keeps only a &'static str).
-        let name: Option<&'static str> = self.name.map(|s| &*Box::leak(s.into_boxed_str()));
-        spawn_with(f, self.stack_size, name)
+        spawn_with(f, self.stack_size, self.name.map(String::into_boxed_str))
     }
 }

@@ -97,7 +97,9 @@ fn report_overflow(lo: usize, size: usize) -> ! {
         if let Some(s) = g.stack.get() {
             if s.lo == lo {
                 id = crate::throw::fmt_u64(g.goid.get(), &mut id_buf);
-                name = g.name.get();
+                // SAFETY: the G runs on this M, so its name is not being
+                // replaced; a read of the Box's contents only.
+                name = unsafe { (*g.name.get()).as_deref() };
             }
         }
     }
