@@ -282,6 +282,7 @@ pub(crate) fn drop_locals() {
         // caught so that values re-created meanwhile are dropped too and the
         // G is left with no table (it may be reused).
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: see above: the only owner of p.
             drop(unsafe { Box::from_raw(p) })
         }));
         if let Err(e) = r {

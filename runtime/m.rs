@@ -189,6 +189,19 @@ pub(crate) fn setm(mp: *mut M) {
     CURRENT_M.with(|c| c.set(mp));
 }
 
+/// The P held by the current M, or null (plain thread, or an M without a
+/// P: idle, in a syscall, sysmon). While the caller runs on this M the P
+/// cannot be taken from it (no asynchronous preemption).
+#[inline(never)]
+pub(crate) fn getp() -> *mut P {
+    let mp = getm();
+    if mp.is_null() {
+        return ptr::null_mut();
+    }
+    // SAFETY: mp is this thread's M, alive forever; `p` is owned by it.
+    unsafe { (*mp).p.get() }
+}
+
 /// The running G, or null on g0 or a plain thread (Go's getg() with the
 /// g0 case folded to null).
 #[inline(never)]

@@ -94,16 +94,12 @@ unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
 pub(crate) fn goready(gp: *mut G) {
     // SAFETY: gp is Waiting and its waker (the caller) owns it now.
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
-    let mp = getm();
-    if !mp.is_null() {
-        // SAFETY: this thread's M.
-        let pp = unsafe { (*mp).p.get() };
-        if !pp.is_null() {
-            // SAFETY: we hold pp (it is our M's P).
-            sched::runqput(unsafe { &*pp }, gp, true);
-            sched::wakep();
-            return;
-        }
+    let pp = crate::m::getp();
+    if !pp.is_null() {
+        // SAFETY: we hold pp (it is our M's P).
+        sched::runqput(unsafe { &*pp }, gp, true);
+        sched::wakep();
+        return;
     }
     sched::globrunqput_and_wake(gp);
 }
@@ -290,7 +286,7 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
             sched::globrunqput_and_wake(gp);
             // A locked M waits in schedule (stoplockedm) for its G instead.
             if m.lockedg.get().is_null() {
-                sched::stopm_pub(m);
+                sched::stopm(m);
             }
             sched::schedule()
         }

@@ -2,7 +2,6 @@
 //! `JoinHandle` and `Builder`. Go's newproc/newproc1/goexit (proc.go).
 
 use crate::g::{GStatus, G};
-use crate::m::getm;
 use crate::park::{self, Parker};
 use crate::sched::{self, SCHED};
 use crate::stack;
@@ -46,15 +45,8 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 ) -> std::io::Result<u64> {
     crate::ensure_started();
     park::preempt_check();
-    let mp = getm();
-    // SAFETY: this thread's M, if any; its P is stable while we run on it.
-    let pp = if mp.is_null() {
-        ptr::null_mut()
-    } else {
-        unsafe { (*mp).p.get() }
-    };
-    // SAFETY: pp is held by this M.
-    let p = unsafe { pp.as_ref() };
+    // SAFETY: getp's P is held by this M and stays so while we run on it.
+    let p = unsafe { crate::m::getp().as_ref() };
     let want = match stack_size {
         Some(s) => stack::round_size(s),
         None => SCHED.stack_size.load(Ordering::Relaxed),

@@ -554,7 +554,7 @@ fn mstart(mp: *mut M) -> ! {
 
 /// Go's stopm: put the M on the idle list and sleep until startm hands it a
 /// P. g0, without a P.
-fn stopm(m: &M) {
+pub(crate) fn stopm(m: &M) {
     debug_assert!(m.p.get().is_null() && !m.spinning.get());
     SCHED.lock.lock().mput(m as *const M as *mut M);
     m.park.sleep();
@@ -1181,12 +1181,7 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
             acquirep(m, p0m);
         }
     }
-    let cur = if mp.is_null() {
-        ptr::null_mut()
-    } else {
-        // SAFETY: our M.
-        unsafe { (*mp).p.get() }
-    };
+    let cur = crate::m::getp();
     let mut runnable = Vec::new();
     for i in (0..n).rev() {
         let p = allp(i) as *const P as *mut P;
@@ -1248,11 +1243,6 @@ pub(crate) fn pidleget_locked() -> Option<*mut P> {
     } else {
         Some(pp)
     }
-}
-
-/// stopm for other modules (exitsyscall0). g0, no P.
-pub(crate) fn stopm_pub(m: &M) {
-    stopm(m);
 }
 
 /// Returns the cold pages of up to `max` stacks on the global hot free

@@ -173,8 +173,14 @@ fn schedtrace(uptime_ns: i64) {
         u8::from(SCHED.gcwaiting.load(Ordering::Relaxed)),
         s.spinning_threads
     );
-    // SAFETY (both closures): Ms and Gs are never freed; racy diagnostic reads.
-    let mid = |m: *mut crate::m::M| if m.is_null() { -1 } else { unsafe { (*m).id } };
+    let mid = |m: *mut crate::m::M| {
+        if m.is_null() {
+            -1
+        } else {
+            // SAFETY: Ms are never freed; a racy diagnostic read.
+            unsafe { (*m).id }
+        }
+    };
     for i in 0..s.gomaxprocs {
         let p = sched::allp(i);
         let _ = writeln!(
@@ -197,6 +203,7 @@ fn schedtrace(uptime_ns: i64) {
             if p.is_null() {
                 -1
             } else {
+                // SAFETY: Ps are never freed; a racy diagnostic read.
                 unsafe { (*p).id as i64 }
             }
         };

@@ -4,7 +4,6 @@
 
 use crate::chan::{chan, Receiver};
 use crate::g::G;
-use crate::m::getm;
 use crate::timer::Action;
 use std::time::{Duration, Instant};
 
@@ -18,13 +17,7 @@ pub(crate) fn deadline_after(d: Duration) -> Option<i64> {
 /// makes sure an M will wake for it (Go's addtimer + wakeNetPoller).
 pub(crate) fn add_timer(when: i64, action: Action) {
     crate::ensure_started();
-    let mp = getm();
-    // SAFETY: this thread's M, if any.
-    let pp = if mp.is_null() {
-        core::ptr::null_mut()
-    } else {
-        unsafe { (*mp).p.get() }
-    };
+    let pp = crate::m::getp();
     let timers = if pp.is_null() {
         &crate::sched::allp(0).timers
     } else {

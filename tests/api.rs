@@ -3,6 +3,9 @@
 //! ends with their error values, drop semantics, timeouts, iterators and use
 //! from plain OS threads.
 
+mod common;
+use common::{run, scale};
+
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
@@ -12,38 +15,6 @@ use std::time::{Duration, Instant};
 use goro::{
     chan, RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
-
-fn qemu() -> bool {
-    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
-}
-
-/// goro::run, re-raising a panic of the goroutine on the test thread with its
-/// message. (The runtime's threads inherit the output capture of whichever
-/// test started the runtime, so the panic hook's message may land in another
-/// test's captured output, and resume_unwind prints nothing.)
-fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
-        Ok(v) => v,
-        Err(p) => {
-            let msg = if let Some(s) = p.downcast_ref::<&str>() {
-                s.to_string()
-            } else if let Some(s) = p.downcast_ref::<String>() {
-                s.clone()
-            } else {
-                "<non-string payload>".to_string()
-            };
-            panic!("goroutine panicked: {msg}")
-        }
-    }
-}
-
-fn scale(n: usize) -> usize {
-    if qemu() {
-        (n / 10).max(1)
-    } else {
-        n
-    }
-}
 
 /// Gives other goroutines a chance to run; used only before asserting that
 /// something has *not* happened or to make an interleaving likely, never to

@@ -9,45 +9,15 @@
 //! to show itself, `let_others_run` does the same; it never orders events:
 //! every assertion holds for any interleaving of a correct runtime.
 
+mod common;
+use common::{qemu, run, scale};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
 use goro::{chan, RecvError, SendError, TryRecvError, TrySendError};
-
-/// GORO_QEMU=1: running under qemu-user, roughly 10x slower.
-fn qemu() -> bool {
-    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
-}
-
-/// goro::run, re-raising a panic of the goroutine on the test thread with its
-/// message. (The runtime's threads inherit the output capture of whichever
-/// test started the runtime, so the panic hook's message may land in another
-/// test's captured output, and resume_unwind prints nothing.)
-fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
-        Ok(v) => v,
-        Err(p) => {
-            let msg = if let Some(s) = p.downcast_ref::<&str>() {
-                s.to_string()
-            } else if let Some(s) = p.downcast_ref::<String>() {
-                s.clone()
-            } else {
-                "<non-string payload>".to_string()
-            };
-            panic!("goroutine panicked: {msg}")
-        }
-    }
-}
-
-fn scale(n: usize) -> usize {
-    if qemu() {
-        (n / 10).max(1)
-    } else {
-        n
-    }
-}
 
 /// Go's TestChan loops chanCap over 0..200 (a subset under qemu).
 fn capacities() -> Vec<usize> {

@@ -4,24 +4,15 @@
 //! destructors, the Cell/RefCell helpers, declarations inside function
 //! bodies, and the per-thread fallback on plain OS threads.
 
+mod common;
+use common::scale;
+
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::ThreadId;
 
 use goro::chan;
-
-fn qemu() -> bool {
-    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
-}
-
-fn scale(n: usize) -> usize {
-    if qemu() {
-        (n / 10).max(1)
-    } else {
-        n
-    }
-}
 
 goro::goroutine_local! {
     /// A per-goroutine counter.

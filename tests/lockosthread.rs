@@ -2,6 +2,8 @@
 //! only on its thread, its thread runs nothing else, and exiting while
 //! locked retires the thread.
 
+mod common;
+use common::qemu;
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -11,10 +13,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 fn tid() -> i64 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as i64 }
-}
-
-fn qemu() -> bool {
-    std::env::var_os("GORO_QEMU").is_some()
 }
 
 /// TestLockOSThread-like: a locked goroutine that parks and is readied many

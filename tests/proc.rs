@@ -13,43 +13,14 @@
 //! TestGoroutineParallelism2's netpoll variant (needs goro::net),
 //! TestStopTheWorldDeadlock / TestPreemptionGC (no GC).
 
+mod common;
+use common::{qemu, run, scale};
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use goro::chan;
-
-fn qemu() -> bool {
-    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
-}
-
-/// goro::run, re-raising a panic of the goroutine on the test thread with its
-/// message. (The runtime's threads inherit the output capture of whichever
-/// test started the runtime, so the panic hook's message may land in another
-/// test's captured output, and resume_unwind prints nothing.)
-fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
-        Ok(v) => v,
-        Err(p) => {
-            let msg = if let Some(s) = p.downcast_ref::<&str>() {
-                s.to_string()
-            } else if let Some(s) = p.downcast_ref::<String>() {
-                s.clone()
-            } else {
-                "<non-string payload>".to_string()
-            };
-            panic!("goroutine panicked: {msg}")
-        }
-    }
-}
-
-fn scale(n: usize) -> usize {
-    if qemu() {
-        (n / 10).max(1)
-    } else {
-        n
-    }
-}
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -8,6 +8,9 @@
 //! Under qemu (GORO_QEMU=1 on aarch64) the child is started through
 //! `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
 
+mod common;
+use common::{qemu, run};
+
 use std::hint::black_box;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
@@ -18,30 +21,6 @@ use goro::chan;
 
 const CHILD_ENV: &str = "GORO_STACK_CHILD";
 const KIB: usize = 1024;
-
-fn qemu() -> bool {
-    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
-}
-
-/// goro::run, re-raising a panic of the goroutine on the test thread with its
-/// message. (The runtime's threads inherit the output capture of whichever
-/// test started the runtime, so the panic hook's message may land in another
-/// test's captured output, and resume_unwind prints nothing.)
-fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
-        Ok(v) => v,
-        Err(p) => {
-            let msg = if let Some(s) = p.downcast_ref::<&str>() {
-                s.to_string()
-            } else if let Some(s) = p.downcast_ref::<String>() {
-                s.clone()
-            } else {
-                "<non-string payload>".to_string()
-            };
-            panic!("goroutine panicked: {msg}")
-        }
-    }
-}
 
 /// Address of a local of the caller's frame: the stack position.
 #[inline(always)]

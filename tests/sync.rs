@@ -13,25 +13,15 @@
 //! signal stealing), the bound is a hang detector of many seconds, not a
 //! speed assertion. A per-test watchdog aborts a hung test after minutes.
 
+mod common;
+use common::{qemu, scale};
+
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
 use goro::sync::{Cond, Mutex, Once, RwLock, Semaphore, WaitGroup};
 use goro::{chan, RecvTimeoutError, TryRecvError};
-
-fn qemu() -> bool {
-    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
-}
-
-/// Loop counts, divided by 10 under qemu.
-fn scale(n: usize) -> usize {
-    if qemu() {
-        (n / 10).max(1)
-    } else {
-        n
-    }
-}
 
 /// Generous bound for "this must eventually happen" waits (hang detection).
 fn patience() -> Duration {

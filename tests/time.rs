@@ -6,44 +6,15 @@
 //! Only lower bounds on elapsed time are asserted (a timer must never fire
 //! early); no test asserts that anything is fast.
 
+mod common;
+use common::{run, scale};
+
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use goro::chan;
 use goro::time::{after, sleep, tick};
-
-fn qemu() -> bool {
-    std::env::var("GORO_QEMU").is_ok_and(|v| v == "1")
-}
-
-/// goro::run, re-raising a panic of the goroutine on the test thread with its
-/// message. (The runtime's threads inherit the output capture of whichever
-/// test started the runtime, so the panic hook's message may land in another
-/// test's captured output, and resume_unwind prints nothing.)
-fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| goro::run(f))) {
-        Ok(v) => v,
-        Err(p) => {
-            let msg = if let Some(s) = p.downcast_ref::<&str>() {
-                s.to_string()
-            } else if let Some(s) = p.downcast_ref::<String>() {
-                s.clone()
-            } else {
-                "<non-string payload>".to_string()
-            };
-            panic!("goroutine panicked: {msg}")
-        }
-    }
-}
-
-fn scale(n: usize) -> usize {
-    if qemu() {
-        (n / 10).max(1)
-    } else {
-        n
-    }
-}
 
 /// TestSleep: sleep(d) lasts at least d, also while another goroutine's
 /// timer fires in the middle.

@@ -78,14 +78,10 @@ fn can_spin(iter: u32) -> bool {
     if iter >= ACTIVE_SPIN || ncpu() <= 1 {
         return false;
     }
-    let mp = crate::m::getm();
-    if mp.is_null() {
-        return true; // plain thread
-    }
-    // SAFETY: this thread's M; its P is stable while we run on it.
-    let pp = unsafe { (*mp).p.get() };
+    // No P: a plain thread, or a goroutine inside blocking().
+    let pp = crate::m::getp();
     if pp.is_null() {
-        return true; // a goroutine inside blocking(): it holds no P
+        return true;
     }
     use crate::sched::{gomaxprocs, SCHED};
     // Relaxed: a heuristic on racy counters, as in Go.
