@@ -27,6 +27,11 @@
 
     .text
 
+// goro_asm_start / goro_asm_end bound this file's code: no async
+// preemption at a pc between them (preempt.rs).
+    .globl goro_asm_start
+goro_asm_start:
+
 // SAVE_FRAME: push a SwitchFrame (callee-saved registers, d8-d15, fpcr)
 // with CFI for fp and lr. Clobbers x9 (a temporary, never an argument).
     .macro SAVE_FRAME
@@ -136,3 +141,26 @@ goro_gostart:
     brk #0xdead
     .cfi_endproc
     .size goro_gostart, .-goro_gostart
+
+// goro_async_preempt: entered by a rewritten signal context (see
+// asm/x86_64.S). x0 = copy of the kernel's signal frame (its siginfo, where
+// rt_sigreturn wants sp), x1 = async_preempt; sp 16-byte aligned below the
+// copy. aarch64 has no register to jump through once x0-x30 are restored,
+// so resuming through rt_sigreturn is the only exact way, not just the
+// simplest.
+    .globl goro_async_preempt
+    .type goro_async_preempt,%function
+    .p2align 4
+goro_async_preempt:
+    .cfi_startproc
+    .cfi_undefined x30              // the interrupted context is in the copy
+    blr x1                          // x0 = async_preempt(frame)
+    mov sp, x0                      // rt_sigreturn reads the frame at sp
+    mov x8, #139                    // __NR_rt_sigreturn
+    svc #0                          // resumes the interrupted context
+    brk #0xdead                     // never returns
+    .cfi_endproc
+    .size goro_async_preempt, .-goro_async_preempt
+
+    .globl goro_asm_end
+goro_asm_end:

@@ -36,6 +36,11 @@
     .text
     // Intel syntax (global_asm!'s default on x86_64).
 
+// goro_asm_start / goro_asm_end bound this file's code: the SIGURG
+// handler never preempts at a pc between them (preempt.rs).
+    .globl goro_asm_start
+goro_asm_start:
+
 // SAVE_FRAME: push a SwitchFrame (callee-saved registers, MXCSR, x87 CW)
 // below the return address, with CFI for each slot, and leave the live FP
 // control state (MXCSR | x87 CW << 32) in rax. Clobbers r11 (caller-saved,
@@ -193,3 +198,38 @@ goro_gostart:
     .cfi_endproc
     .size goro_gostart, .-goro_gostart
 
+
+// goro_async_preempt: not called; entered when the SIGURG handler rewrote
+// an interrupted goroutine's context (preempt.rs). The interrupted state —
+// every register, rflags, the full xsave state, the signal mask — sits in a
+// copy of the kernel's signal frame on the goroutine's own stack, below the
+// interrupted sp and its red zone:
+//
+//     interrupted rsp
+//     | red zone (128)           |  untouched
+//     | signal frame copy        |  rdi -> its start (pretcode slot)
+//     +--------------------------+  <- rsp on entry (below the copy)
+//
+// In: rdi = frame copy, rsi = extern "C" fn(frame) -> frame (goro's
+// async_preempt, which parks the goroutine and returns when it is resumed).
+// Then rt_sigreturn on the copy restores the interrupted context exactly:
+// the kernel reloads every register and the full FP/vector state with the
+// feature mask it saved them with (xrstor), so nothing is left out whatever
+// extensions (AVX-512, AMX) the CPU has.
+    .globl goro_async_preempt
+    .type goro_async_preempt,@function
+    .p2align 4
+goro_async_preempt:
+    .cfi_startproc
+    .cfi_undefined rip              // the interrupted context is in the copy
+    and rsp, -16                    // ABI alignment for the call
+    call rsi                        // frame = async_preempt(frame)
+    lea rsp, [rax + 8]              // sp = frame + 8, as after the handler's ret
+    mov eax, 15                     // SYS_rt_sigreturn
+    syscall                         // resumes the interrupted context
+    ud2                             // never returns
+    .cfi_endproc
+    .size goro_async_preempt, .-goro_async_preempt
+
+    .globl goro_asm_end
+goro_asm_end:

@@ -109,17 +109,23 @@ impl Hchan {
         }
     }
 
+    /// Takes the channel lock. A runtime critical section (Go's lock()
+    /// increments m.locks): a goroutine holding it is never preempted
+    /// asynchronously, so a waiter for it never waits on a sleeping M.
     #[inline]
     pub(crate) fn lock(&self) {
+        crate::preempt::reacquire(); // a detached G takes its P back first
+        crate::m::acquirem();
         self.lock.lock();
     }
 
     /// # Safety
-    /// The caller holds the lock.
+    /// The caller holds the lock, taken on this thread (same M).
     #[inline]
     pub(crate) unsafe fn unlock(&self) {
         // SAFETY: guaranteed by the caller.
         unsafe { self.lock.unlock() };
+        crate::m::releasem(crate::m::getm());
     }
 
     /// # Safety

@@ -83,6 +83,11 @@ pub(crate) struct G {
     /// the nesting count. Written only by the G itself.
     pub(crate) lockedm: Cell<*mut M>,
     pub(crate) locked_count: Cell<u32>,
+    /// `lockedm` was set by the runtime, not by lock_os_thread: the G was
+    /// preempted asynchronously in pinned mode (preempt.rs), or parked while
+    /// unwinding, and must resume on the same M. Cleared by `execute` when
+    /// it runs again. Owned by whoever owns the G.
+    pub(crate) pinned: Cell<bool>,
     /// Goroutine-local storage (local.rs owns the representation); null
     /// when the G has none. Touched only by the G itself.
     pub(crate) locals: Cell<*mut u8>,
@@ -111,6 +116,7 @@ impl G {
             name: core::cell::UnsafeCell::new(None),
             lockedm: Cell::new(ptr::null_mut()),
             locked_count: Cell::new(0),
+            pinned: Cell::new(false),
             locals: Cell::new(ptr::null_mut()),
         }));
         ALLGS.lock().push(gp as usize);

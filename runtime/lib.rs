@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 mod arch;
+mod atomic;
 mod chan;
 mod g;
 mod local;
@@ -49,6 +50,7 @@ mod netpoll;
 mod os;
 mod p;
 mod park;
+mod preempt;
 mod proc;
 mod runq;
 mod sched;
@@ -70,10 +72,11 @@ pub use chan::{
     Sender, TryRecvError, TrySendError,
 };
 pub use local::LocalKey;
+pub use preempt::PreemptMode;
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;
 pub use stack::{guards_use_madvise, MIN_STACK_SIZE};
-pub use syscall::{blocking, enter_syscall, exit_syscall, SyscallGuard};
+pub use syscall::{blocking, enter_syscall, enter_syscall_block, exit_syscall, SyscallGuard};
 
 use std::sync::OnceLock;
 
@@ -95,9 +98,27 @@ pub struct Config {
     /// Default stack reservation per goroutine in bytes (guard excluded;
     /// rounded up to pages). Default 256 KiB; at least 64 KiB.
     pub stack_size: usize,
-    /// Asynchronous preemption (GODEBUG=asyncpreemptoff=1 turns it off).
-    /// Reserved: this version preempts cooperatively only.
+    /// Asynchronous preemption (Go's SIGURG preemption): a goroutine that
+    /// has run for more than 10 ms while others wait is interrupted even in
+    /// a loop without runtime calls. Default on; `GODEBUG=asyncpreemptoff=1`
+    /// turns it off (then such loops starve their P, as in Go ≤ 1.13).
+    /// See docs/PREEMPTION.md.
     pub preempt: bool,
+    /// Where an asynchronously preempted goroutine resumes: on its own
+    /// thread ([`PreemptMode::Pinned`], default, sound for thread-affine
+    /// state) or anywhere ([`PreemptMode::Migrate`], Go's behaviour).
+    /// `GODEBUG=goropreempt=migrate` selects the latter.
+    pub preempt_mode: PreemptMode,
+    /// Pinned mode: most OS threads that may sleep at once holding a
+    /// preempted goroutine's place (default 256). At the limit async
+    /// preemption is refused until one resumes.
+    pub preempt_pinned_max: usize,
+    /// Blocking detection: sysmon notices a goroutine blocked in the kernel
+    /// without [`enter_syscall`] (a bare `std::thread::sleep`, a blocking
+    /// read) and hands its P to another thread, as if the call had been
+    /// guarded. Default on; needs /proc (see [`Stats::detect_unavailable`]).
+    /// `GODEBUG=gorodetect=0` turns it off.
+    pub detect_blocking: bool,
     /// GODEBUG=schedtrace=MS: print a SCHED line every MS ms (0 = off).
     pub schedtrace_ms: usize,
     /// GODEBUG=scheddetail=1.
@@ -110,6 +131,9 @@ impl Default for Config {
             max_procs: os::ncpu().clamp(1, MAX_PROCS),
             stack_size: 256 << 10,
             preempt: true,
+            preempt_mode: PreemptMode::Pinned,
+            preempt_pinned_max: 256,
+            detect_blocking: true,
             schedtrace_ms: 0,
             scheddetail: false,
         }
@@ -140,6 +164,14 @@ impl Config {
                     "schedtrace" => c.schedtrace_ms = val.parse().unwrap_or(0),
                     "scheddetail" => c.scheddetail = val == "1",
                     "asyncpreemptoff" => c.preempt = val != "1",
+                    "goropreempt" => {
+                        if val == "migrate" {
+                            c.preempt_mode = PreemptMode::Migrate
+                        } else if val == "pinned" {
+                            c.preempt_mode = PreemptMode::Pinned
+                        }
+                    }
+                    "gorodetect" => c.detect_blocking = val != "0",
                     _ => {}
                 }
             }
@@ -165,6 +197,25 @@ impl Config {
         self
     }
 
+    /// Sets where async-preempted goroutines resume (see [`PreemptMode`]).
+    pub fn preempt_mode(mut self, mode: PreemptMode) -> Config {
+        self.preempt_mode = mode;
+        self
+    }
+
+    /// Sets the most threads sleeping for pinned preempted goroutines
+    /// (at least 1).
+    pub fn preempt_pinned_max(mut self, n: usize) -> Config {
+        self.preempt_pinned_max = n;
+        self
+    }
+
+    /// Enables or disables blocking detection.
+    pub fn detect_blocking(mut self, on: bool) -> Config {
+        self.detect_blocking = on;
+        self
+    }
+
     /// Checks that the configuration can run.
     pub fn validate(&self) -> Result<(), Error> {
         if self.max_procs == 0 || self.max_procs > MAX_PROCS {
@@ -172,6 +223,11 @@ impl Config {
                 "max_procs must be in 1..={MAX_PROCS}, got {}",
                 self.max_procs
             )));
+        }
+        if self.preempt_pinned_max == 0 {
+            return Err(Error::InvalidConfig(
+                "preempt_pinned_max must be at least 1".to_string(),
+            ));
         }
         if self.stack_size < MIN_STACK_SIZE {
             return Err(Error::InvalidConfig(format!(
@@ -364,12 +420,34 @@ pub struct Stats {
     pub local_runq: Vec<usize>,
     /// Live goroutines.
     pub goroutines: usize,
-    /// Preemption requests honoured (only grows).
+    /// Preemption requests honoured, cooperative and asynchronous (only
+    /// grows).
     pub preemptions: u64,
-    /// Of which asynchronous (signal-based; only grows).
+    /// Of which asynchronous: goroutines interrupted by SIGURG at an
+    /// arbitrary instruction (only grows).
     pub preemptions_async: u64,
-    /// Ps handed off because their M entered a blocking syscall (only grows).
+    /// Ps handed off because their M was in a system call: retaken by
+    /// sysmon from `enter_syscall`/detected calls, or given up at once by
+    /// `enter_syscall_block` (only grows).
     pub syscalls_handed_off: u64,
+    /// Blocking detection: Ps detached from a thread blocked in the kernel
+    /// in an unguarded call (only grows).
+    pub retakes_detected: u64,
+    /// Blocking detection: detached goroutines that took a P back at a
+    /// runtime entry or a signal (only grows).
+    pub reacquires_detected: u64,
+    /// SIGURG signals sent by sysmon or stop-the-world (only grows).
+    pub preempt_signals: u64,
+    /// Signals that found no async safe point (retried later; only grows).
+    pub preempt_refused: u64,
+    /// Async preemptions refused because `preempt_pinned_max` threads
+    /// already slept for pinned goroutines (only grows).
+    pub preempt_pinned_limit: u64,
+    /// Threads sleeping now for a pinned preempted goroutine.
+    pub pinned_threads: usize,
+    /// Blocking detection is off because /proc/self/task/*/syscall could not
+    /// be read.
+    pub detect_unavailable: bool,
     /// Goroutine stacks ever reserved (only grows).
     pub stacks_reserved: usize,
 }

@@ -1,11 +1,12 @@
 //! M: an OS thread. Go's `m` (runtime2.go), its g0 stack, the one
 //! thread-local of the runtime (the current M), and the futex note Ms sleep on.
 
+use crate::atomic::{RelaxedI32, RelaxedPtr};
 use crate::g::G;
 use crate::p::P;
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{compiler_fence, AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Maximum number of Ms (Go's sched.maxmcount default).
@@ -85,10 +86,14 @@ pub(crate) struct M {
     /// Base of this M's g0 stack: mcall switches here, discarding earlier
     /// g0 frames. 16-byte aligned. Set once in mstart.
     pub(crate) g0_sp: Cell<usize>,
-    /// The user G running on this M, or null on g0.
-    pub(crate) curg: Cell<*mut G>,
-    /// The attached P, or null.
-    pub(crate) p: Cell<*mut P>,
+    /// The user G running on this M, or null on g0. Written by the M;
+    /// read racily by sysmon and stop-the-world (a stale value only makes a
+    /// preemption request land on a G that clears it) and by the SIGURG
+    /// handler on this thread.
+    pub(crate) curg: RelaxedPtr<G>,
+    /// The attached P, or null. Written by the M (and by the SIGURG handler
+    /// on this thread when it detaches a blocked M); read racily elsewhere.
+    pub(crate) p: RelaxedPtr<P>,
     /// P handed over by startm: written under sched.lock before `park` is
     /// woken, read by this M after waking (the note orders them).
     pub(crate) nextp: Cell<*mut P>,
@@ -108,9 +113,23 @@ pub(crate) struct M {
     /// gopark's unlock function and argument, consumed by park_m on g0.
     pub(crate) waitunlockf: Cell<Option<UnlockFn>>,
     pub(crate) waitlock: Cell<*mut u8>,
-    /// Runtime locks held / critical sections (Go's m.locks); >0 forbids
-    /// preemption.
-    pub(crate) locks: Cell<i32>,
+    /// Runtime critical sections entered and not left (Go's m.locks): >0
+    /// forbids asynchronous preemption and blocking detection. Changed only
+    /// by this M's thread through [`acquirem`]/[`releasem`]; read by the
+    /// SIGURG handler on this thread and racily by sysmon.
+    pub(crate) locks: RelaxedI32,
+    /// A request from sysmon for this M's SIGURG handler (`PREEMPT_*`):
+    /// set by sysmon with a CAS from 0 before it sends the signal, taken
+    /// (swapped to 0) by the handler. AcqRel/Acquire: the handler must see
+    /// the request only after sysmon's decision; nothing else rides on it.
+    pub(crate) preempt_req: AtomicU32,
+    /// Set by the SIGURG handler when it detached this M's P because the M
+    /// was blocked in the kernel in user code (an unguarded blocking call):
+    /// the running G is then in an implicit syscall, and the next runtime
+    /// entry reacquires a P (preempt::reacquire). Written by this thread
+    /// only (handler or G); read by sysmon, for which Relaxed suffices (a
+    /// stale value delays a reacquire signal by a tick).
+    pub(crate) detached: AtomicBool,
     /// The G locked to this M by lock_os_thread (Go's m.lockedg): this M
     /// runs nothing else, and sleeps on `park` while that G is not running.
     pub(crate) lockedg: Cell<*mut G>,
@@ -137,8 +156,8 @@ impl M {
         Box::into_raw(Box::new(M {
             id,
             g0_sp: Cell::new(0),
-            curg: Cell::new(ptr::null_mut()),
-            p: Cell::new(ptr::null_mut()),
+            curg: RelaxedPtr::new(ptr::null_mut()),
+            p: RelaxedPtr::new(ptr::null_mut()),
             nextp: Cell::new(ptr::null_mut()),
             oldp: Cell::new(ptr::null_mut()),
             spinning: Cell::new(false),
@@ -150,7 +169,9 @@ impl M {
             ),
             waitunlockf: Cell::new(None),
             waitlock: Cell::new(ptr::null_mut()),
-            locks: Cell::new(0),
+            locks: RelaxedI32::new(0),
+            preempt_req: AtomicU32::new(0),
+            detached: AtomicBool::new(false),
             lockedg: Cell::new(ptr::null_mut()),
             retired: Cell::new(false),
             live_fp: Cell::new(0),
@@ -190,8 +211,9 @@ pub(crate) fn setm(mp: *mut M) {
 }
 
 /// The P held by the current M, or null (plain thread, or an M without a
-/// P: idle, in a syscall, sysmon). While the caller runs on this M the P
-/// cannot be taken from it (no asynchronous preemption).
+/// P: idle, in a syscall, sysmon). The P stays this M's only while the
+/// caller is in a runtime critical section ([`acquirem`]) or on g0: a user
+/// G may otherwise be preempted asynchronously and resume with another P.
 #[inline(never)]
 pub(crate) fn getp() -> *mut P {
     let mp = getm();
@@ -212,4 +234,54 @@ pub(crate) fn getg() -> *mut G {
     }
     // SAFETY: mp is this thread's M, alive forever; curg is owned by it.
     unsafe { (*mp).curg.get() }
+}
+
+/// Go's acquirem: enter a runtime critical section on the current M (if
+/// any): until the matching [`releasem`], the running G is never
+/// preempted asynchronously nor detached by blocking detection, so the M
+/// and P it reads stay its own. Returns the M (null on a plain thread).
+/// Nests. Cheap: a TLS read and a store.
+#[inline]
+pub(crate) fn acquirem() -> *mut M {
+    let mp = getm();
+    if !mp.is_null() {
+        // SAFETY: this thread's M, alive forever; locks is written only by
+        // this thread (the SIGURG handler on it only reads it).
+        let m = unsafe { &*mp };
+        m.locks.set(m.locks.get() + 1);
+        // The handler runs on this thread: a compiler fence keeps the
+        // section's accesses after the increment in program order as the
+        // handler sees it (Go relies on the same for m.locks).
+        compiler_fence(Ordering::SeqCst);
+    }
+    mp
+}
+
+/// Go's releasem: leave the critical section [`acquirem`] entered. `mp`
+/// is what acquirem returned (the same M: the section cannot migrate).
+#[inline]
+pub(crate) fn releasem(mp: *mut M) {
+    if !mp.is_null() {
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: as in acquirem.
+        let m = unsafe { &*mp };
+        m.locks.set(m.locks.get() - 1);
+    }
+}
+
+/// RAII form of [`acquirem`]/[`releasem`].
+pub(crate) struct MLock(*mut M);
+
+impl MLock {
+    #[inline]
+    pub(crate) fn new() -> MLock {
+        MLock(acquirem())
+    }
+}
+
+impl Drop for MLock {
+    #[inline]
+    fn drop(&mut self) {
+        releasem(self.0);
+    }
 }

@@ -1,5 +1,6 @@
 //! P: a processor, the right to run goroutines. Go's `p` (runtime2.go).
 
+use crate::atomic::{RelaxedPtr, RelaxedU32};
 use crate::g::G;
 use crate::m::M;
 use crate::runq::Local;
@@ -41,11 +42,15 @@ pub(crate) struct P {
     /// Idle list link (under sched.lock).
     pub(crate) link: Cell<*mut P>,
     /// Incremented on every schedule call that does not inherit time.
-    pub(crate) schedtick: Cell<u32>,
+    /// Owner-written; read racily by sysmon (a stale value only delays a
+    /// preemption by a tick).
+    pub(crate) schedtick: RelaxedU32,
     /// Incremented on every syscall (read by sysmon).
     pub(crate) syscalltick: AtomicU32,
-    /// The M this P is attached to, or null.
-    pub(crate) m: Cell<*mut M>,
+    /// The M this P is attached to, or null. Written by the owning M;
+    /// read racily by sysmon and stop-the-world (Ms are never freed, so a
+    /// stale M only misdirects one preemption request).
+    pub(crate) m: RelaxedPtr<M>,
     /// Local run queue + runnext (lock-free; see runq.rs).
     pub(crate) runq: Local<G>,
     /// Free dead Gs (with their stacks) and their count.
@@ -70,9 +75,9 @@ impl P {
             id,
             status: AtomicU32::new(PStatus::Dead as u32),
             link: Cell::new(ptr::null_mut()),
-            schedtick: Cell::new(0),
+            schedtick: RelaxedU32::new(0),
             syscalltick: AtomicU32::new(0),
-            m: Cell::new(ptr::null_mut()),
+            m: RelaxedPtr::new(ptr::null_mut()),
             runq: Local::new(),
             gfree: Cell::new(ptr::null_mut()),
             gfree_n: Cell::new(0),

@@ -15,11 +15,15 @@ use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Runs `f(gp)` on the current M's g0 after saving the current G. Returns
-/// when the G is resumed. Go's mcall. Must be called on a user G.
+/// when the G is resumed. Go's mcall. Must be called on a user G, inside
+/// an `acquirem` section that `f` ends on g0 (`releasem`): the M cannot
+/// change under the Rust code that reads it here, and g0 code never runs
+/// with a stale count.
 #[inline]
-fn mcall(f: arch::McallFn) {
-    // SAFETY: we are on a user G of this thread's M (callers check), so
-    // curg and g0_sp are valid and g0 has no live frames below g0_sp.
+pub(crate) fn mcall_locked(f: arch::McallFn) {
+    // SAFETY: we are on a user G of this thread's M (callers check), in a
+    // critical section, so curg and g0_sp are this M's and g0 has no live
+    // frames below g0_sp.
     unsafe {
         let m = &*getm();
         let gp = m.curg.get();
@@ -33,11 +37,26 @@ fn mcall(f: arch::McallFn) {
     }
 }
 
+/// `acquirem` then [`mcall_locked`].
+#[inline]
+fn mcall(f: arch::McallFn) {
+    crate::m::acquirem();
+    mcall_locked(f);
+}
+
+/// g0 side of every mcall: ends the caller's critical section.
+#[inline]
+fn mcall_enter(m: &M) {
+    crate::m::releasem(m as *const M as *mut M);
+}
+
 /// The running G if it may park: a user G whose M holds a P. Null on g0,
 /// on a plain thread, and inside `enter_syscall`/`blocking` (the G has
 /// given up its P): those wait by blocking the thread instead.
 #[inline]
 pub(crate) fn parkable_g() -> *mut G {
+    // A G that blocking detection detached takes a P back first.
+    crate::preempt::reacquire();
     let mp = getm();
     if mp.is_null() {
         return core::ptr::null_mut();
@@ -51,6 +70,16 @@ pub(crate) fn parkable_g() -> *mut G {
     }
 }
 
+/// The current M's P for runtime code on a user G (after reacquiring one
+/// if blocking detection detached this M), or null (plain thread, inside a
+/// syscall). The caller must be in an `acquirem` section for the P to stay
+/// its own while it uses it.
+#[inline]
+pub(crate) fn getp_user() -> *mut crate::p::P {
+    crate::preempt::reacquire();
+    crate::m::getp()
+}
+
 /// Whether the caller may park as a goroutine (see [`parkable_g`]).
 #[inline]
 pub(crate) fn in_goroutine() -> bool {
@@ -61,11 +90,13 @@ pub(crate) fn in_goroutine() -> bool {
 /// it returns false resume the G at once. Returns when the G is readied.
 /// Must be called on a user G.
 pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8) {
-    // SAFETY: on a user G, so getm() is non-null.
-    let m = unsafe { &*getm() };
+    let mp = crate::m::acquirem();
+    // SAFETY: on a user G, so mp is this thread's M; ours until park_m.
+    let m = unsafe { &*mp };
+    crate::preempt::pin_if_panicking(m, m.curg.get());
     m.waitunlockf.set(unlockf);
     m.waitlock.set(arg);
-    mcall(park_m);
+    mcall_locked(park_m);
 }
 
 /// g0 half of gopark.
@@ -73,6 +104,7 @@ unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
     let gp = arg.cast::<G>();
     // SAFETY: g0 of this thread's M; gp is the G that just mcalled.
     let m: &M = unsafe { &*getm() };
+    mcall_enter(m);
     // SAFETY: gp is valid (never freed) and owned by us.
     let g = unsafe { &*gp };
     g.cas_status(GStatus::Running, GStatus::Waiting);
@@ -92,9 +124,11 @@ unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
 /// (so it runs next, inheriting the time slice), or onto the global queue
 /// when the caller has no P (a plain thread, sysmon). Any thread.
 pub(crate) fn goready(gp: *mut G) {
+    // The P read below must stay ours until runqput is done.
+    let _ml = crate::m::MLock::new();
     // SAFETY: gp is Waiting and its waker (the caller) owns it now.
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
-    let pp = crate::m::getp();
+    let pp = getp_user();
     if !pp.is_null() {
         // SAFETY: we hold pp (it is our M's P).
         sched::runqput(unsafe { &*pp }, gp, true);
@@ -109,7 +143,10 @@ pub(crate) fn goready(gp: *mut G) {
 /// yield loops off sched.lock, and other Ps still steal it.)
 pub(crate) fn gosched() {
     if in_goroutine() {
-        mcall(gosched_m);
+        let mp = crate::m::acquirem();
+        // SAFETY: on a user G: this thread's M.
+        crate::preempt::pin_if_panicking(unsafe { &*mp }, crate::m::getg());
+        mcall_locked(gosched_m);
     } else {
         crate::os::osyield();
     }
@@ -119,6 +156,7 @@ unsafe extern "C" fn gosched_m(arg: *mut u8) -> ! {
     let gp = arg.cast::<G>();
     // SAFETY: g0 of this M; gp just mcalled and is ours.
     let (m, g) = unsafe { (&*getm(), &*gp) };
+    mcall_enter(m);
     g.cas_status(GStatus::Running, GStatus::Runnable);
     m.curg.set(core::ptr::null_mut());
     g.m.set(core::ptr::null_mut());
@@ -129,6 +167,8 @@ unsafe extern "C" fn gosched_m(arg: *mut u8) -> ! {
 
 /// Go's goexit1: finish the current G. Called at the end of its entry.
 pub(crate) fn goexit() -> ! {
+    // goexit0 needs a P: a detached G takes one back first.
+    crate::preempt::reacquire();
     mcall(goexit0);
     crate::throw::throw("goexit: dead goroutine resumed")
 }
@@ -137,6 +177,7 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
     let gp = arg.cast::<G>();
     // SAFETY: g0 of this M; gp just mcalled and is ours.
     let (m, g) = unsafe { (&*getm(), &*gp) };
+    mcall_enter(m);
     g.cas_status(GStatus::Running, GStatus::Dead);
     m.curg.set(core::ptr::null_mut());
     g.m.set(core::ptr::null_mut());
@@ -158,6 +199,7 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
 /// Go's LockOSThread: wire the calling goroutine to its current OS thread
 /// until as many `unlock_os_thread` calls. Outside a goroutine: no-op.
 pub(crate) fn lock_os_thread() {
+    let _ml = crate::m::MLock::new();
     let gp = crate::m::getg();
     if gp.is_null() {
         return;
@@ -169,7 +211,7 @@ pub(crate) fn lock_os_thread() {
         crate::throw::throw("LockOSThread nesting overflow");
     }
     g.locked_count.set(n + 1);
-    if n == 0 {
+    if n == 0 && !g.pinned.get() {
         g.lockedm.set(m as *const M as *mut M);
         m.lockedg.set(gp);
     }
@@ -178,6 +220,7 @@ pub(crate) fn lock_os_thread() {
 /// Go's UnlockOSThread: undo one `lock_os_thread`; at zero the goroutine
 /// may migrate again. Extra calls are no-ops (as in Go).
 pub(crate) fn unlock_os_thread() {
+    let _ml = crate::m::MLock::new();
     let gp = crate::m::getg();
     if gp.is_null() {
         return;
@@ -270,6 +313,7 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
     let gp = arg.cast::<G>();
     // SAFETY: g0 of this M; gp just mcalled and is ours.
     let (m, g) = unsafe { (&*getm(), &*gp) };
+    mcall_enter(m);
     g.cas_status(GStatus::Syscall, GStatus::Runnable);
     m.curg.set(core::ptr::null_mut());
     g.m.set(core::ptr::null_mut());

@@ -45,8 +45,10 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 ) -> std::io::Result<u64> {
     crate::ensure_started();
     park::preempt_check();
-    // SAFETY: getp's P is held by this M and stays so while we run on it.
-    let p = unsafe { crate::m::getp().as_ref() };
+    // The P stays ours until the new G is queued.
+    let _ml = crate::m::MLock::new();
+    // SAFETY: getp_user's P is held by this M, and stays so in acquirem.
+    let p = unsafe { park::getp_user().as_ref() };
     let want = match stack_size {
         Some(s) => stack::round_size(s),
         None => SCHED.stack_size.load(Ordering::Relaxed),

@@ -326,7 +326,8 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         .stack_size
         .store(stack::round_size(cfg.stack_size), Ordering::Relaxed);
     netpoll::init()?;
-    crate::signal::init();
+    crate::preempt::init(cfg);
+    crate::signal::init(cfg.preempt || cfg.detect_blocking);
     SCHED.lastpoll.store(os::nanotime(), Ordering::Relaxed);
     {
         let mut s = SCHED.lock.lock();
@@ -729,6 +730,10 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     g.m.set(m as *const M as *mut M);
     g.cas_status(GStatus::Runnable, GStatus::Running);
     g.preempt.store(false, Ordering::Relaxed);
+    if g.pinned.get() {
+        // Back on the M it was pinned to (preempt.rs): the pin is done.
+        crate::preempt::unpin(m, g);
+    }
     if !inherit {
         // SAFETY: we hold a P while executing.
         let p = unsafe { &*m.p.get() };
@@ -1078,18 +1083,12 @@ fn stop_the_world(own: *mut P) {
     let procs = gomaxprocs();
     s.stopwait = procs as i32 - i32::from(!own.is_null());
     SCHED.gcwaiting.store(true, Ordering::SeqCst);
-    // Ask running goroutines to yield at their next runtime entry.
+    // Ask running goroutines to yield (Go's preemptall): the flag for
+    // their next runtime entry, and SIGURG for those that never enter it.
     for i in 0..procs {
         let p = allp(i);
-        let pm = p.m.get();
-        if !pm.is_null() {
-            // SAFETY: Ms are never freed; curg may be stale, which only
-            // makes the request a no-op.
-            let gp = unsafe { (*pm).curg.get() };
-            if !gp.is_null() {
-                // SAFETY: Gs are never freed.
-                unsafe { (*gp).preempt.store(true, Ordering::Relaxed) };
-            }
+        if !ptr::eq(p, own) {
+            crate::preempt::preemptone(p);
         }
         // Ps in a syscall are taken directly.
         if p.cas_status(PStatus::Syscall, PStatus::Stopped) {
@@ -1119,6 +1118,12 @@ fn stop_the_world(own: *mut P) {
             netpoll::netpoll_break();
             for i in 0..procs {
                 let p = allp(i);
+                // A G may have taken its P back from a syscall since, or a
+                // signal found no safe point: ask again (Go's preemptall in
+                // the same loop).
+                if p.status() == PStatus::Running && !ptr::eq(p, own) {
+                    crate::preempt::preemptone(p);
+                }
                 if p.cas_status(PStatus::Syscall, PStatus::Stopped) {
                     let mut s = SCHED.lock.lock();
                     s.stopwait -= 1;
@@ -1229,7 +1234,14 @@ pub(crate) fn snapshot() -> crate::Stats {
         local_runq: (0..procs).map(|i| allp(i).runq.len()).collect(),
         goroutines: SCHED.ngoroutines.load(Ordering::Relaxed).max(0) as usize,
         preemptions: crate::sysmon::PREEMPTIONS.load(Ordering::Relaxed),
-        preemptions_async: 0,
+        preemptions_async: crate::preempt::PREEMPTIONS_ASYNC.load(Ordering::Relaxed),
+        retakes_detected: crate::preempt::RETAKES_DETECTED.load(Ordering::Relaxed),
+        reacquires_detected: crate::preempt::REACQUIRES.load(Ordering::Relaxed),
+        preempt_signals: crate::preempt::PREEMPT_SIGNALS.load(Ordering::Relaxed),
+        preempt_refused: crate::preempt::PREEMPT_REFUSED.load(Ordering::Relaxed),
+        preempt_pinned_limit: crate::preempt::PREEMPT_PINNED_LIMIT.load(Ordering::Relaxed),
+        pinned_threads: crate::preempt::PINNED.load(Ordering::Relaxed),
+        detect_unavailable: crate::preempt::DETECT_UNAVAILABLE.load(Ordering::Relaxed),
         syscalls_handed_off: crate::sysmon::HANDOFFS.load(Ordering::Relaxed),
         stacks_reserved: stack::STACKS_RESERVED.load(Ordering::Relaxed),
     }

@@ -190,6 +190,7 @@ fn unlock_root(_gp: *mut G, root: *mut u8) -> bool {
     // SAFETY: the parking G took this lock in semacquire; g0 runs on the
     // same thread, and the G is now Waiting, so a waker may find it.
     unsafe { (*(root as *const SemaRoot)).lock.unlock() };
+    crate::m::releasem(crate::m::getm());
     true
 }
 
@@ -223,6 +224,8 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool) {
             waittail: ptr::null_mut(),
             granted: false,
         };
+        crate::preempt::reacquire(); // a detached G takes its P back first
+        crate::m::acquirem(); // runtime critical section (Go's lock)
         root.lock.lock();
         // (2): announce a waiter so semrelease takes the slow path.
         root.nwait.fetch_add(1, Ordering::SeqCst);
@@ -232,6 +235,7 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool) {
             root.nwait.fetch_sub(1, Ordering::SeqCst);
             // SAFETY: taken above.
             unsafe { root.lock.unlock() };
+            crate::m::releasem(crate::m::getm());
             return;
         }
         // (4): any semrelease from now on sees nwait > 0 and dequeues us.
@@ -244,6 +248,7 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool) {
         } else {
             // SAFETY: taken above.
             unsafe { root.lock.unlock() };
+            crate::m::releasem(crate::m::getm());
             parker.park();
         }
         // Woken: the waker dequeued `w` and set `granted` before readying us
@@ -272,6 +277,8 @@ pub(crate) fn semrelease(addr: &AtomicU32, handoff: bool) {
 #[cold]
 #[inline(never)]
 fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
+    crate::preempt::reacquire(); // a detached G takes its P back first
+        crate::m::acquirem(); // runtime critical section (Go's lock)
     root.lock.lock();
     // Re-check under the lock (SeqCst: as at (b)).
     if root.nwait.load(Ordering::SeqCst) == 0 {
@@ -279,6 +286,7 @@ fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
         // waiting (its retry (3) succeeded): nobody to wake.
         // SAFETY: taken above.
         unsafe { root.lock.unlock() };
+        crate::m::releasem(crate::m::getm());
         return;
     }
     // SAFETY: we hold root.lock.
@@ -289,6 +297,7 @@ fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
     }
     // SAFETY: taken above.
     unsafe { root.lock.unlock() };
+    crate::m::releasem(crate::m::getm());
     if s.is_null() {
         return;
     }
@@ -584,6 +593,7 @@ fn unlock_notify(_gp: *mut G, l: *mut u8) -> bool {
     // SAFETY: the parking G took this lock in wait; g0 runs on the same
     // thread, and the G is now Waiting, so a notifier may find it.
     unsafe { (*(l as *const NotifyList)).lock.unlock() };
+    crate::m::releasem(crate::m::getm());
     true
 }
 
@@ -607,11 +617,14 @@ impl NotifyList {
     /// Go's notifyListWait: return once ticket `t` is notified; parks the
     /// goroutine (or blocks the thread) until then.
     pub(crate) fn wait(&self, t: u32) {
+        crate::preempt::reacquire(); // a detached G takes its P back first
+        crate::m::acquirem(); // runtime critical section (Go's lock)
         self.lock.lock();
         // Return right away if this ticket was already notified.
         if less(t, self.notify.load(Ordering::SeqCst)) {
             // SAFETY: taken above.
             unsafe { self.lock.unlock() };
+            crate::m::releasem(crate::m::getm());
             return;
         }
         let gp = parkable_g();
@@ -639,6 +652,7 @@ impl NotifyList {
         } else {
             // SAFETY: taken above.
             unsafe { self.lock.unlock() };
+            crate::m::releasem(crate::m::getm());
             parker.park();
         }
     }
@@ -649,6 +663,8 @@ impl NotifyList {
         if self.wait.load(Ordering::SeqCst) == self.notify.load(Ordering::SeqCst) {
             return;
         }
+        crate::preempt::reacquire(); // a detached G takes its P back first
+        crate::m::acquirem(); // runtime critical section (Go's lock)
         self.lock.lock();
         // SAFETY: under the lock.
         let mut s = unsafe {
@@ -660,6 +676,7 @@ impl NotifyList {
             .store(self.wait.load(Ordering::SeqCst), Ordering::SeqCst);
         // SAFETY: taken above.
         unsafe { self.lock.unlock() };
+        crate::m::releasem(crate::m::getm());
         while !s.is_null() {
             // SAFETY: we unlinked the whole list, so we own each waiter until
             // we wake it; read the link first, the record may vanish after.
@@ -676,11 +693,14 @@ impl NotifyList {
         if self.wait.load(Ordering::SeqCst) == self.notify.load(Ordering::SeqCst) {
             return;
         }
+        crate::preempt::reacquire(); // a detached G takes its P back first
+        crate::m::acquirem(); // runtime critical section (Go's lock)
         self.lock.lock();
         let t = self.notify.load(Ordering::SeqCst);
         if t == self.wait.load(Ordering::SeqCst) {
             // SAFETY: taken above.
             unsafe { self.lock.unlock() };
+            crate::m::releasem(crate::m::getm());
             return;
         }
         self.notify.store(t.wrapping_add(1), Ordering::SeqCst);
@@ -706,6 +726,7 @@ impl NotifyList {
                     }
                     let (g, parker) = ((*s).g, (*s).parker);
                     self.lock.unlock();
+                    crate::m::releasem(crate::m::getm());
                     wake(g, parker);
                     return;
                 }
@@ -713,6 +734,7 @@ impl NotifyList {
                 s = (*s).next;
             }
             self.lock.unlock();
+            crate::m::releasem(crate::m::getm());
         }
     }
 }

@@ -1,5 +1,17 @@
 //! Signals: the guard-page fault handler that turns a stack overflow into
-//! a named report, and each M's alternate signal stack (Go's gsignal).
+//! a named report, the SIGURG handler of asynchronous preemption and
+//! blocking detection (the decisions live in preempt.rs), and each M's
+//! alternate signal stack (Go's gsignal).
+//!
+//! SIGURG is Go's choice (sigPreempt, signal_unix.go): it is sent by
+//! nothing else in practice, its default action is to ignore it, and
+//! debuggers pass it through. A SIGURG that is not ours — sent with kill or
+//! sigqueue, or by tgkill when no request is pending — goes to the handler
+//! installed before goro's, if any. goro's handler uses SA_RESTART, so
+//! restartable system calls (read, write, nanosleep, futex, accept without
+//! a timeout...) resume without EINTR; calls that Linux never restarts
+//! (epoll_wait, poll, select, and socket calls with a timeout) can return
+//! EINTR, as under Go.
 //!
 //! A goroutine that runs off its stack touches the guard page below it; the
 //! kernel delivers SIGSEGV on the M's alternate stack (the goroutine's own
@@ -20,14 +32,38 @@ const SIGSTACK_SIZE: usize = 64 << 10;
 
 static OLD_SEGV: AtomicUsize = AtomicUsize::new(0);
 static OLD_BUS: AtomicUsize = AtomicUsize::new(0);
+static OLD_URG: AtomicUsize = AtomicUsize::new(0);
 
-/// Installs the fault handlers once (runtime start).
-pub(crate) fn init() {
-    for (sig, old) in [(libc::SIGSEGV, &OLD_SEGV), (libc::SIGBUS, &OLD_BUS)] {
+/// Installs the fault handlers once (runtime start), and the SIGURG
+/// handler when `preempt` (async preemption or blocking detection) is on.
+pub(crate) fn init(preempt: bool) {
+    let mut sigs = vec![
+        (
+            libc::SIGSEGV,
+            &OLD_SEGV,
+            fault_handler as *const () as usize,
+            0,
+        ),
+        (
+            libc::SIGBUS,
+            &OLD_BUS,
+            fault_handler as *const () as usize,
+            0,
+        ),
+    ];
+    if preempt {
+        sigs.push((
+            libc::SIGURG,
+            &OLD_URG,
+            sigurg_handler as *const () as usize,
+            libc::SA_RESTART,
+        ));
+    }
+    for (sig, old, handler, extra) in sigs {
         // SAFETY: zeroed sigaction is a valid "no handler" value; we fill it.
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-        sa.sa_sigaction = fault_handler as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        sa.sa_sigaction = handler;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | extra;
         // SAFETY: valid pointer to a sigset in sa.
         unsafe { libc::sigemptyset(&mut sa.sa_mask) };
         let oldp = Box::into_raw(Box::new(
@@ -73,6 +109,27 @@ pub(crate) fn minit(m: &M) {
         crate::throw::throw("minit: sigaltstack failed");
     }
     m.gsignal.set((p as usize + page, SIGSTACK_SIZE));
+}
+
+/// The SIGURG handler: a preemption or detach request of sysmon's for
+/// this M (preempt::on_signal), or someone else's signal (chained).
+extern "C" fn sigurg_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let mp = crate::m::getm();
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let (code, pid) = unsafe { ((*info).si_code, (*info).si_pid()) };
+    // SAFETY: getpid has no preconditions.
+    if !mp.is_null() && code == libc::SI_TKILL && pid == unsafe { libc::getpid() } {
+        // SAFETY: this thread's M, alive forever.
+        let m = unsafe { &*mp };
+        // Acquire pairs with signal_m's CAS: take the request.
+        let req = m.preempt_req.swap(0, Ordering::Acquire);
+        if req != 0 {
+            // SAFETY: the handler's own arguments, on this M's thread.
+            unsafe { crate::preempt::on_signal(m, req, info, ctx) };
+            return;
+        }
+    }
+    chain(sig, info, ctx);
 }
 
 extern "C" fn fault_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -127,10 +184,10 @@ fn report_overflow(lo: usize, size: usize) -> ! {
 /// Passes a fault we do not own to the previous handler, or re-raises it
 /// with the default action.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let old = if sig == libc::SIGSEGV {
-        &OLD_SEGV
-    } else {
-        &OLD_BUS
+    let old = match sig {
+        libc::SIGSEGV => &OLD_SEGV,
+        libc::SIGBUS => &OLD_BUS,
+        _ => &OLD_URG,
     };
     let oldp = old.load(Ordering::Acquire) as *const libc::sigaction;
     if !oldp.is_null() {
@@ -151,6 +208,10 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
             }
             return;
         }
+    }
+    if sig == libc::SIGURG {
+        // Default action for SIGURG is to ignore it; SIG_IGN likewise.
+        return;
     }
     // Default action: restore it and return; the faulting instruction
     // re-executes and the kernel kills the process with the right signal.

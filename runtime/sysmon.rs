@@ -1,10 +1,23 @@
 //! sysmon: the monitor thread that runs without a P (Go's sysmon).
 //!
-//! It sleeps 20 µs, doubling after 1 ms of idle cycles up to 10 ms, and on
-//! each tick: asks a G that has run on one P for more than 10 ms to yield
-//! (cooperative preemption flag, checked at runtime entries), prints
-//! `GODEBUG=schedtrace` lines, and every 500 ms returns the cold pages of
-//! free goroutine stacks to the OS (a small stand-in for Go's scavenger).
+//! It sleeps 20 µs, doubling after 1 ms of cycles without a hand-off up to
+//! 10 ms (but at most 1 ms while some P is busy, so that the 10 ms
+//! preemption deadline is kept to within a millisecond), and on each tick
+//! runs Go's retake:
+//! - a P in Syscall for a whole tick (same syscalltick) is handed off
+//!   (handoffp) if there is work for it, or after 10 ms in any case
+//!   (syscall.rs has the protocol);
+//! - a G that has run on one P for more than 10 ms while other work waits
+//!   is preempted: the cooperative flag and SIGURG (preempt.rs);
+//! - a P whose G has not changed for a tick while other work waits, and
+//!   whose thread /proc shows blocked in a system call, is detached by the
+//!   M's own SIGURG handler (blocking detection, preempt.rs), and retaken
+//!   like a syscall P at the next tick;
+//! - a detached M running user code again is signalled to take a P back.
+//!
+//! It also prints `GODEBUG=schedtrace` lines, and every 500 ms returns the
+//! cold pages of free goroutine stacks to the OS (a small stand-in for
+//! Go's scavenger).
 
 use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -33,7 +46,22 @@ static SCHEDTRACE_MS: AtomicUsize = AtomicUsize::new(0);
 struct PTick {
     schedtick: u32,
     schedwhen: i64,
+    syscalltick: u32,
+    syscallwhen: i64,
+    /// Last /proc probe of this P's M (blocking detection).
+    probed: i64,
 }
+
+/// Longest sysmon sleep while some P is busy: the preemption deadline is
+/// kept to within it (Go lets it grow to 10 ms).
+const BUSY_MAX_DELAY_US: u64 = 1_000;
+
+/// A P whose G has not changed for this long, with other work waiting, is
+/// probed for a blocked thread.
+const DETECT_AFTER_NS: i64 = 50_000;
+
+/// Probes of one P's M at most this often.
+const PROBE_EVERY_NS: i64 = 200_000;
 
 /// Starts the sysmon thread.
 pub(crate) fn start(cfg: &crate::Config) {
@@ -56,13 +84,19 @@ fn sysmon() -> ! {
     let mut last_trace = start;
     let mut last_scavenge = start;
     let mut scavenging = false;
+    let mut last_detached_scan = start;
     loop {
         if idle == 0 {
             delay = 20;
         } else if idle > 50 {
             delay = (delay * 2).min(10_000);
         }
-        crate::os::usleep(delay);
+        let busy = SCHED.npidle.load(Ordering::Relaxed) < sched::gomaxprocs() as i32;
+        crate::os::usleep(if busy {
+            delay.min(BUSY_MAX_DELAY_US)
+        } else {
+            delay
+        });
         let now = crate::os::nanotime();
         // Go's sysmon timer check: a due timer on some P while nobody is
         // looking (all Ms asleep, none in netpoll) gets an M.
@@ -79,8 +113,7 @@ fn sysmon() -> ! {
         // busy P's queue. Go's spinning protocol can leave this state when
         // a spinner keeps a stolen G in its queue while the last idle P
         // appears (its M gave up without spinning), and relies on
-        // preempting the busy Gs to get there; goro, without asynchronous
-        // preemption yet, wakes a spinner instead.
+        // preempting the busy Gs to get there; goro wakes a spinner.
         if SCHED.npidle.load(Ordering::SeqCst) > 0 && SCHED.nmspinning.load(Ordering::SeqCst) == 0 {
             let stranded = SCHED.runqsize.load(Ordering::Relaxed) > 0
                 || (0..sched::gomaxprocs()).any(|i| {
@@ -91,10 +124,15 @@ fn sysmon() -> ! {
                 sched::wakep();
             }
         }
-        if retake(now, &mut ticks) {
+        // Go resets the back-off only when retake handed a P off.
+        if retake(now, &mut ticks) > 0 {
             idle = 0;
         } else {
             idle += 1;
+        }
+        if now - last_detached_scan >= PROBE_EVERY_NS {
+            last_detached_scan = now;
+            signal_detached_running();
         }
         // Scavenge free stacks every SCAVENGE_PERIOD_NS, a batch per tick.
         if scavenging || now - last_scavenge >= SCAVENGE_PERIOD_NS {
@@ -109,37 +147,152 @@ fn sysmon() -> ! {
     }
 }
 
-/// Go's retake, cooperative half: flag Gs that have held a P too long.
-/// Returns true if it did anything.
-fn retake(now: i64, ticks: &mut [PTick]) -> bool {
-    let mut did = false;
+/// Whether `p` has work that its running G keeps from running: local or
+/// global runnable Gs, a due timer, or a stop-the-world.
+fn has_waiting_work(p: &crate::p::P, now: i64) -> bool {
+    if !p.runq.is_empty() || SCHED.runqsize.load(Ordering::Relaxed) > 0 {
+        return true;
+    }
+    let w = p.timers.next_when();
+    (w != 0 && w <= now) || SCHED.gcwaiting.load(Ordering::Relaxed)
+}
+
+/// Go's retake: hand off Ps stuck in syscalls, preempt Gs that have run
+/// too long, and detect Ms blocked in unguarded calls. Returns the number
+/// of Ps handed off.
+fn retake(now: i64, ticks: &mut [PTick]) -> u32 {
+    use crate::p::PStatus;
+    let mut n = 0;
     for i in 0..sched::gomaxprocs() {
         let p = sched::allp(i);
         let t = &mut ticks[i];
-        if p.status() != crate::p::PStatus::Running {
-            continue;
+        let s = p.status();
+        let mut sysretake = false;
+        if s == PStatus::Running || s == PStatus::Syscall {
+            // schedtick is owner-written; a racy read only delays a request.
+            let tick = p.schedtick.get();
+            if t.schedtick != tick {
+                t.schedtick = tick;
+                t.schedwhen = now;
+            } else if t.schedwhen + FORCE_PREEMPT_NS <= now {
+                if s == PStatus::Running && has_waiting_work(p, now) {
+                    crate::preempt::preemptone(p);
+                }
+                // In a syscall preemptone cannot work: retake instead.
+                sysretake = true;
+            } else if s == PStatus::Running
+                && now - t.schedwhen >= DETECT_AFTER_NS
+                && now - t.probed >= PROBE_EVERY_NS
+                && crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed)
+                && has_waiting_work(p, now)
+            {
+                t.probed = now;
+                detect_blocked(p);
+            }
         }
-        // schedtick is owner-written; a racy read only delays a request.
-        let tick = p.schedtick.get();
-        if t.schedtick != tick {
-            t.schedtick = tick;
-            t.schedwhen = now;
-        } else if t.schedwhen + FORCE_PREEMPT_NS <= now {
-            let m = p.m.get();
-            if !m.is_null() {
-                // SAFETY: Ms and Gs are never freed; a stale curg only makes
-                // the request land on a G that will clear it.
-                let gp = unsafe { (*m).curg.get() };
-                if !gp.is_null() {
-                    // SAFETY: as above.
-                    unsafe { (*gp).preempt.store(true, Ordering::Relaxed) };
-                    did = true;
+        if s == PStatus::Syscall {
+            // Retake a P from a syscall if it has been there for a whole
+            // sysmon tick (Go's rule), or the G has held the P for 10 ms
+            // (sysretake: preemptone cannot reach a G in a syscall).
+            let st = p.syscalltick.load(Ordering::Relaxed);
+            if t.syscalltick != st {
+                t.syscalltick = st;
+                t.syscallwhen = now;
+                if !sysretake {
+                    continue;
                 }
             }
-            t.schedwhen = now;
+            // Only for work that waits — Go also retakes when no M is
+            // spinning or idle, which with one P turns a loop of short
+            // calls into a thread hand-off per tick — or once one call has
+            // lasted 10 ms (so sysmon's view of the P stays current).
+            let long = t.syscallwhen + 10_000_000 <= now;
+            if !long && !has_waiting_work(p, now) {
+                continue;
+            }
+            // AcqRel CAS: exactly one of sysmon, the returning M (exitsyscall)
+            // and stop-the-world takes it; we see its owner's writes.
+            if p.cas_status(PStatus::Syscall, PStatus::Idle) {
+                n += 1;
+                p.syscalltick.fetch_add(1, Ordering::Relaxed);
+                HANDOFFS.fetch_add(1, Ordering::Relaxed); // statistics only
+                sched::handoffp(p as *const _ as *mut _);
+            }
         }
     }
-    did
+    n
+}
+
+/// Blocking detection: if the M running `p` is blocked in a system call in
+/// user code, ask its SIGURG handler to detach the P (preempt.rs).
+fn detect_blocked(p: &crate::p::P) {
+    let mp = p.m.get();
+    if mp.is_null() {
+        return;
+    }
+    // SAFETY: Ms are never freed; racy reads of fields the handler re-checks.
+    let m = unsafe { &*mp };
+    if m.curg.get().is_null() || m.locks.get() != 0 {
+        return;
+    }
+    if let Some(true) = thread_in_syscall(m.procid.load(Ordering::Relaxed)) {
+        crate::preempt::signal_m(m, crate::preempt::REQ_DETACH);
+    }
+}
+
+/// A detached M whose G computes again (its thread is not in the kernel)
+/// is signalled to take a P back (preempt::on_signal).
+fn signal_detached_running() {
+    if !crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let ms: Vec<usize> = sched::ALLM.lock().clone();
+    for mp in ms {
+        // SAFETY: Ms are never freed.
+        let m = unsafe { &*(mp as *const crate::m::M) };
+        if m.detached.load(Ordering::Relaxed)
+            && thread_in_syscall(m.procid.load(Ordering::Relaxed)) == Some(false)
+        {
+            crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT);
+        }
+    }
+}
+
+/// Reads /proc/self/task/<tid>/syscall: Some(true) if the thread is
+/// blocked in a system call, Some(false) if running, None if unknown.
+/// Turns detection off (and says so in stats) if /proc cannot be read.
+fn thread_in_syscall(tid: i32) -> Option<bool> {
+    use std::io::Write;
+    if tid == 0 {
+        return None;
+    }
+    let mut path = [0u8; 64];
+    let _ = write!(&mut path[..], "/proc/self/task/{tid}/syscall\0");
+    // SAFETY: path is NUL-terminated; open/read/close on our own buffer.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+            crate::preempt::DETECT_UNAVAILABLE.store(true, Ordering::Relaxed);
+            crate::preempt::DETECT_ENABLED.store(false, Ordering::Relaxed);
+        }
+        return None;
+    }
+    let mut buf = [0u8; 32];
+    // SAFETY: fd is open; buf is ours.
+    let r = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    // SAFETY: fd is ours.
+    unsafe { libc::close(fd) };
+    if r <= 0 {
+        return None;
+    }
+    let b = &buf[..r as usize];
+    if b.starts_with(b"running") {
+        Some(false)
+    } else if b[0].is_ascii_digit() {
+        Some(true)
+    } else {
+        None // "-1 ...": in the kernel but not in a system call
+    }
 }
 
 /// Prints one Go-format SCHED line to stderr, and with scheddetail Go's

@@ -49,3 +49,126 @@ impl SwitchFrame {
 pub(crate) fn fp_state() -> u64 {
     0
 }
+
+// ---------------------------------------------------------------------------
+// Signal contexts, for asynchronous preemption (preempt.rs). Only the
+// differences from x86_64.rs are described.
+//
+// The kernel's arm64 frame (arch/arm64/kernel/signal.c) starts with the
+// siginfo at the handler's sp, then the ucontext, whose uc_mcontext ends in
+// `__reserved`: a list of records (fpsimd_context with q0-q31, fpsr and
+// fpcr; esr; sve; and extra_context, the only one holding an absolute
+// pointer) — then a frame record (fp, lr) up to the altstack top.
+// rt_sigreturn takes the frame at sp (16-byte aligned). aarch64 has no
+// free register to jump through after restoring x0-x30, which is why
+// goro resumes a preempted context through rt_sigreturn on both arches.
+
+/// No red zone on AAPCS64 Linux.
+pub(crate) const RED_ZONE: usize = 0;
+
+/// The frame is 16-byte aligned.
+pub(crate) const FRAME_ALIGN: usize = 16;
+
+/// # Safety
+/// `ctx` is the ucontext a signal handler received.
+pub(crate) unsafe fn uc_pc_sp(ctx: *mut libc::c_void) -> (usize, usize) {
+    // SAFETY: guaranteed by the caller.
+    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+    (uc.uc_mcontext.pc as usize, uc.uc_mcontext.sp as usize)
+}
+
+/// Start of the kernel's signal frame: the siginfo (rt_sigreturn's sp).
+pub(crate) fn sigframe_start(info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) -> usize {
+    info as usize
+}
+
+/// Jump to `pc` on `sp` with `arg` in x0 and `f` in x1.
+///
+/// # Safety
+/// `ctx` is the ucontext a signal handler received.
+pub(crate) unsafe fn uc_redirect(
+    ctx: *mut libc::c_void,
+    pc: usize,
+    sp: usize,
+    arg: usize,
+    f: usize,
+) {
+    // SAFETY: guaranteed by the caller.
+    let uc = unsafe { &mut *(ctx as *mut libc::ucontext_t) };
+    uc.uc_mcontext.regs[1] = f as u64;
+    uc.uc_mcontext.pc = pc as u64;
+    uc.uc_mcontext.sp = sp as u64;
+    uc.uc_mcontext.regs[0] = arg as u64;
+    uc.uc_mcontext.regs[29] = 0; // ends the frame-pointer chain
+    uc.uc_mcontext.regs[30] = 0;
+}
+
+/// Offset of `__reserved` (the record list) in the kernel's ucontext.
+fn reserved_offset() -> usize {
+    let o = core::mem::offset_of!(libc::ucontext_t, uc_mcontext)
+        + core::mem::offset_of!(libc::mcontext_t, pstate)
+        + 8;
+    (o + 15) & !15
+}
+
+const EXTRA_MAGIC: u32 = 0x4558_5401;
+
+/// # Safety
+/// `frame` is a complete copy of a frame that started `delta` bytes away.
+pub(crate) unsafe fn sigframe_relocate(frame: usize, delta: isize) {
+    let uc = frame + core::mem::size_of::<libc::siginfo_t>();
+    let mut rec = uc + reserved_offset();
+    let end = rec + 4096;
+    // Walk the records; only extra_context holds an absolute pointer.
+    while rec + 8 <= end {
+        // SAFETY: within the copied record area.
+        let (magic, size) = unsafe {
+            (
+                core::ptr::read(rec as *const u32),
+                core::ptr::read((rec + 4) as *const u32) as usize,
+            )
+        };
+        if magic == 0 || size < 8 {
+            break;
+        }
+        if magic == EXTRA_MAGIC {
+            // struct extra_context { head; u64 datap; u32 size; ... }
+            let datap = (rec + 8) as *mut u64;
+            // SAFETY: as above.
+            unsafe { *datap = (*datap as i64 + delta as i64) as u64 };
+        }
+        rec += size;
+    }
+}
+
+/// # Safety
+/// `frame` is a signal frame copy.
+pub(crate) unsafe fn sigframe_set_altstack(frame: usize, sp: usize, size: usize) {
+    let uc = frame + core::mem::size_of::<libc::siginfo_t>();
+    // SAFETY: guaranteed by the caller.
+    let uc = unsafe { &mut *(uc as *mut libc::ucontext_t) };
+    uc.uc_stack.ss_sp = sp as *mut _;
+    uc.uc_stack.ss_size = size;
+    uc.uc_stack.ss_flags = 0;
+}
+
+/// Whether the interrupted thread was blocked in a system call: pc at the
+/// `svc #0` (restart) or just after it with x0 = -EINTR.
+///
+/// # Safety
+/// `ctx` is the ucontext a signal handler received for user code.
+pub(crate) unsafe fn uc_in_syscall(ctx: *mut libc::c_void) -> bool {
+    const SVC0: u32 = 0xd400_0001;
+    // SAFETY: guaranteed by the caller.
+    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+    let pc = uc.uc_mcontext.pc as usize;
+    // SAFETY: pc is in mapped, readable code; pc - 4 only within its page.
+    unsafe {
+        if core::ptr::read(pc as *const u32) == SVC0 {
+            return true;
+        }
+        pc & 0xfff >= 4
+            && core::ptr::read((pc - 4) as *const u32) == SVC0
+            && uc.uc_mcontext.regs[0] as i64 == -(libc::EINTR as i64)
+    }
+}

@@ -16,7 +16,10 @@ mod imp;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("goro supports only x86_64 and aarch64");
 
-pub(crate) use imp::{fp_state, SwitchFrame};
+pub(crate) use imp::{
+    fp_state, sigframe_relocate, sigframe_set_altstack, sigframe_start, uc_in_syscall, uc_pc_sp,
+    uc_redirect, SwitchFrame, FRAME_ALIGN, RED_ZONE,
+};
 
 /// Entry point of a goroutine's first run, called by `goro_gostart` on the
 /// goroutine's own stack. Must never return (it ends in goexit).
@@ -41,6 +44,23 @@ extern "C" {
     fn goro_gogo(sp: usize, live_fp: u64) -> !;
     fn goro_mcall(save_sp: *mut usize, g0_sp: usize, f: McallFn, arg: *mut u8, live_fp: *mut u64);
     fn goro_gostart();
+    fn goro_async_preempt();
+    static goro_asm_start: u8;
+    static goro_asm_end: u8;
+}
+
+/// The async-preemption trampoline's address (asm/*.S).
+pub(crate) fn async_preempt_pc() -> usize {
+    goro_async_preempt as *const () as usize
+}
+
+/// The [start, end) range of goro's assembly: never an async safe point.
+pub(crate) fn asm_range() -> (usize, usize) {
+    // Only the labels' addresses are taken, never their contents.
+    (
+        core::ptr::addr_of!(goro_asm_start) as usize,
+        core::ptr::addr_of!(goro_asm_end) as usize,
+    )
 }
 
 /// Symmetric switch: suspend the current context into `save` and resume the

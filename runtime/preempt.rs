@@ -1,0 +1,478 @@
+//! Asynchronous preemption and blocking detection: the SIGURG side of Go's
+//! preemptone / doSigPreempt / asyncPreempt (preempt.go, signal_unix.go),
+//! plus what Rust needs and Go does not.
+//!
+//! # Preemption, sound for Rust code
+//!
+//! sysmon (sysmon.rs) asks a G that has run on its P for more than 10 ms
+//! (forcePreemptNS), while other work waits, to yield: it sets `g.preempt`
+//! (honoured at the next runtime entry) and, unless the M already has a
+//! request pending, stores a request in `m.preempt_req` and sends SIGURG to
+//! the M's thread with tgkill. The handler (signal.rs → [`on_signal`], on
+//! the M's alternate stack) takes the request and decides whether the
+//! interrupted point is an *async safe point*:
+//!
+//! - the M has a user G (`curg`; not g0) and `m.locks == 0` (no runtime
+//!   critical section: every runtime path on a user G that holds a lock or
+//!   uses its M's P runs under `acquirem`);
+//! - the G is Running (not in a syscall);
+//! - the interrupted sp is inside the G's stack, with room below it for the
+//!   saved state (so not on g0 or the signal stack);
+//! - the pc is in the main executable's text (not libc, ld.so, the vdso or
+//!   another shared object, whose locks and thread caches goro cannot see)
+//!   and not in goro's assembly (mid-switch);
+//! - in pinned mode, fewer than the configured number of Ms are already
+//!   sleeping for pinned Gs.
+//!
+//! A refused point is retried at sysmon's next tick. At a safe point the
+//! handler copies the kernel's signal frame — which already holds the
+//! complete register state: every GPR, flags, the whole xsave area with the
+//! XCR0 mask on x86_64, x0–x30/sp/pstate/q0–q31/fpsr/fpcr (and SVE) on
+//! aarch64 — onto the G's stack below the red zone, and rewrites the live
+//! context to enter `goro_async_preempt` (asm/) there. That trampoline
+//! calls [`async_preempt`], which parks the G (mcall to g0); when the G is
+//! resumed, rt_sigreturn on the copy restores everything exactly.
+//!
+//! # Pinned and migrating modes
+//!
+//! Rust code may hold thread-affine state at any instruction: a
+//! `thread_local!` borrow, std's stdout lock (its owner is a thread id), a
+//! `std::sync::MutexGuard`, an allocator's thread cache. So by default
+//! ([`PreemptMode::Pinned`]) an async-preempted G keeps its M: the G is
+//! marked `pinned` (lockedm = its M, as if lock_os_thread) and queued
+//! globally; the M hands its P to another M and sleeps (stoplockedm);
+//! whichever M dequeues the G gives its P to the G's M (startlockedm). The
+//! G thus resumes on its own thread, with nothing else having run there in
+//! between. At most `preempt_pinned_max` Ms sleep this way; beyond, async
+//! preemption is refused (the G runs on until it yields or enters the
+//! runtime). [`PreemptMode::Migrate`] is Go's behaviour: the preempted G
+//! resumes on any M. It is cheaper (no thread hand-back) and unsound for
+//! code holding thread-affine state across arbitrary instructions.
+//!
+//! Cooperative preemption at runtime entries is unaffected: those are
+//! switch points, where migrating is allowed anyway.
+//!
+//! # Blocking detection
+//!
+//! A G that blocks its thread in the kernel without `enter_syscall` (a bare
+//! `std::thread::sleep`, a blocking `read`, a contended `std::sync::Mutex`)
+//! holds its P. sysmon notices a P whose G has not changed for a tick while
+//! other work waits, reads `/proc/self/task/<tid>/syscall` for its M (a
+//! syscall number: blocked; `running`: computing) and, if blocked, sends a
+//! *detach* request. The handler, on the M's own thread — so without racing
+//! the M's own use of its P — checks that the thread really is in a system
+//! call (the pc at or just after the syscall instruction) and does what
+//! `enter_syscall` would have done: G → Syscall, P → Syscall kept as
+//! `m.oldp`, and marks the M `detached`. sysmon's ordinary syscall retake
+//! then hands the P off. SA_RESTART resumes the interrupted call.
+//!
+//! When the call returns, the G runs user code without a P until its next
+//! runtime entry ([`reacquire`], via `parkable_g`, `getp_user` and every
+//! mcall), which exits the implicit syscall (its old P back if still
+//! free, any idle P, or queue and park); if it computes without entering the
+//! runtime, sysmon signals it (it is `running` again) and the handler sends
+//! it through the trampoline, where it reacquires in the same way (pinned).
+
+use crate::g::{GStatus, G};
+use crate::m::{getm, M};
+use crate::sched::{self, SCHED};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// What a preempted goroutine may do about its thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum PreemptMode {
+    /// An asynchronously preempted goroutine resumes on the OS thread it
+    /// was interrupted on, which runs nothing else meanwhile: sound for
+    /// thread-locals, std's stdout lock and `std::sync` guards held at any
+    /// instruction. Costs a thread hand-back per preemption and one
+    /// sleeping thread per preempted goroutine (bounded by
+    /// `Config::preempt_pinned_max`).
+    #[default]
+    Pinned,
+    /// Go's behaviour: a preempted goroutine resumes on any thread. Cheaper;
+    /// unsound if the goroutine holds thread-affine state (a
+    /// `thread_local!` borrow, a std `MutexGuard`, stdout's lock) in code
+    /// that never calls into goro.
+    Migrate,
+}
+
+/// sysmon's requests to an M's SIGURG handler (`m.preempt_req`).
+pub(crate) const REQ_PREEMPT: u32 = 1;
+pub(crate) const REQ_DETACH: u32 = 2;
+
+/// Async preemption on (Config::preempt, GODEBUG=asyncpreemptoff=1).
+/// Written once at start; Relaxed: read by sysmon and handlers after the
+/// start that published it (thread creation orders it).
+pub(crate) static ASYNC_ENABLED: AtomicBool = AtomicBool::new(false);
+/// Blocking detection on (Config::detect_blocking); may be turned off by
+/// sysmon when /proc is unreadable.
+pub(crate) static DETECT_ENABLED: AtomicBool = AtomicBool::new(false);
+/// [`PreemptMode`] as u8 (0 pinned, 1 migrate). Written once at start.
+static MODE: AtomicU8 = AtomicU8::new(0);
+/// Most Ms sleeping for a pinned G at once (Config::preempt_pinned_max).
+static PINNED_MAX: AtomicUsize = AtomicUsize::new(256);
+/// Ms currently sleeping (or about to) for a pinned G. Incremented by the
+/// handler's decision and async_preempt, decremented when the G runs again.
+pub(crate) static PINNED: AtomicUsize = AtomicUsize::new(0);
+
+/// Statistics (only grow; Relaxed: independent counters).
+pub(crate) static PREEMPTIONS_ASYNC: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PREEMPT_SIGNALS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PREEMPT_REFUSED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PREEMPT_PINNED_LIMIT: AtomicU64 = AtomicU64::new(0);
+pub(crate) static RETAKES_DETECTED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static REACQUIRES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static DETECT_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
+
+/// The main executable's text [lo, hi), found at start.
+static TEXT_LO: AtomicUsize = AtomicUsize::new(0);
+static TEXT_HI: AtomicUsize = AtomicUsize::new(0);
+
+/// Headroom the G's stack must have below the interrupted sp: the frame
+/// copy (≤ a few KiB even with AVX-512 or SVE), the trampoline's and
+/// async_preempt's frames and the mcall frame, with a margin.
+const STACK_HEADROOM: usize = 16 << 10;
+
+/// Configures preemption from the runtime config. Called once at start,
+/// before sysmon and the signal handler run.
+pub(crate) fn init(cfg: &crate::Config) {
+    MODE.store(
+        u8::from(cfg.preempt_mode == PreemptMode::Migrate),
+        Ordering::Relaxed,
+    );
+    PINNED_MAX.store(cfg.preempt_pinned_max, Ordering::Relaxed);
+    ASYNC_ENABLED.store(cfg.preempt, Ordering::Relaxed);
+    DETECT_ENABLED.store(cfg.detect_blocking, Ordering::Relaxed);
+    find_text();
+}
+
+/// Whether preempted Gs stay on their M.
+#[inline]
+pub(crate) fn pinned_mode() -> bool {
+    MODE.load(Ordering::Relaxed) == 0
+}
+
+/// Records the main executable's executable PT_LOAD segments (the first
+/// object dl_iterate_phdr reports is the executable itself).
+fn find_text() {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        _data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info for the duration.
+        let info = unsafe { &*info };
+        let (mut lo, mut hi) = (usize::MAX, 0usize);
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: i < dlpi_phnum.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
+                let a = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                lo = lo.min(a);
+                hi = hi.max(a + ph.p_memsz as usize);
+            }
+        }
+        if hi > lo {
+            TEXT_LO.store(lo, Ordering::Relaxed);
+            TEXT_HI.store(hi, Ordering::Relaxed);
+        }
+        1 // the first object only
+    }
+    // SAFETY: cb matches the callback signature and touches only statics.
+    unsafe { libc::dl_iterate_phdr(Some(cb), core::ptr::null_mut()) };
+}
+
+/// Whether `pc` may be interrupted: in the executable's text, outside
+/// goro's assembly. Async-signal-safe.
+#[inline]
+fn pc_is_safe(pc: usize) -> bool {
+    let (alo, ahi) = crate::arch::asm_range();
+    pc >= TEXT_LO.load(Ordering::Relaxed)
+        && pc < TEXT_HI.load(Ordering::Relaxed)
+        && !(pc >= alo && pc < ahi)
+}
+
+/// Go's preemptone: ask the G running on `pp` to yield — the cooperative
+/// flag, and SIGURG to its M unless a request is already pending. Any
+/// thread (sysmon, stop-the-world). Returns whether a G was asked.
+pub(crate) fn preemptone(pp: &crate::p::P) -> bool {
+    let mp = pp.m.get();
+    if mp.is_null() {
+        return false;
+    }
+    // SAFETY: Ms are never freed; racy reads of its curg are harmless (a
+    // stale G only gets a flag it clears at its next schedule).
+    let m = unsafe { &*mp };
+    let gp = m.curg.get();
+    if gp.is_null() {
+        return false;
+    }
+    // SAFETY: Gs are never freed.
+    unsafe { (*gp).preempt.store(true, Ordering::Relaxed) };
+    if ASYNC_ENABLED.load(Ordering::Relaxed) {
+        signal_m(m, REQ_PREEMPT);
+    }
+    true
+}
+
+/// Stores `req` for `m`'s handler and sends it SIGURG, unless a request is
+/// already pending. Any thread.
+pub(crate) fn signal_m(m: &M, req: u32) {
+    // AcqRel pairs with the handler's swap: one signal per request.
+    if m.preempt_req
+        .compare_exchange(0, req, Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let tid = m.procid.load(Ordering::Relaxed);
+    if tid == 0 {
+        m.preempt_req.store(0, Ordering::Relaxed);
+        return;
+    }
+    PREEMPT_SIGNALS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: tgkill to one of our own threads; Ms never exit while the
+    // runtime runs (a retired M's thread sleeps), so tid is not reused.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGURG);
+    }
+}
+
+/// The SIGURG handler's decision for a request of ours (signal.rs).
+/// Runs on the M's alternate signal stack, on the M's own thread:
+/// async-signal-safe (atomics, plain loads and stores, a memcpy; no locks,
+/// no allocation).
+///
+/// # Safety
+/// `info`/`ctx` are the handler's arguments; `m` is this thread's M.
+pub(crate) unsafe fn on_signal(
+    m: &M,
+    req: u32,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
+    let gp = m.curg.get();
+    if gp.is_null() || m.locks.get() != 0 {
+        refuse();
+        return;
+    }
+    // SAFETY: curg is this M's running G; the handler interrupted it.
+    let g = unsafe { &*gp };
+    let Some(st) = g.stack.get() else {
+        refuse();
+        return;
+    };
+    // SAFETY: guaranteed by the caller.
+    let (pc, sp) = unsafe { crate::arch::uc_pc_sp(ctx) };
+    if sp > st.hi || sp < st.lo + STACK_HEADROOM {
+        refuse();
+        return;
+    }
+    let status = g.status();
+    if req == REQ_DETACH {
+        let pp = m.p.get();
+        // SAFETY: ctx is the interrupted user context.
+        if status != GStatus::Running || pp.is_null() || !unsafe { crate::arch::uc_in_syscall(ctx) }
+        {
+            refuse();
+            return;
+        }
+        // Go's entersyscall on behalf of the blocked G: sysmon's retake
+        // hands the P off at its next tick.
+        // SAFETY: this thread owns its M, its running G and its P, and the
+        // interrupted code is not in a runtime critical section.
+        crate::syscall::reentersyscall(m, g, unsafe { &*pp });
+        m.detached.store(true, Ordering::Relaxed);
+        RETAKES_DETECTED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let detached = m.detached.load(Ordering::Relaxed);
+    let eligible = match status {
+        GStatus::Running => ASYNC_ENABLED.load(Ordering::Relaxed),
+        // A detached G computing without a P: send it to reacquire one.
+        GStatus::Syscall => detached,
+        _ => false,
+    };
+    if !eligible || !pc_is_safe(pc) {
+        refuse();
+        return;
+    }
+    if pinned_mode() && g.lockedm.get().is_null() && status == GStatus::Running {
+        // Reserve a pinned M; released when the G runs again (execute).
+        if PINNED.fetch_add(1, Ordering::Relaxed) >= PINNED_MAX.load(Ordering::Relaxed) {
+            PINNED.fetch_sub(1, Ordering::Relaxed);
+            PREEMPT_PINNED_LIMIT.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        g.pinned.set(true);
+    }
+    // SAFETY: the frame lies on this M's altstack; the destination is on
+    // the G's stack below the interrupted sp and red zone, with the
+    // headroom checked above.
+    unsafe { inject(m, info, ctx, sp) };
+}
+
+fn refuse() {
+    PREEMPT_REFUSED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Copies the kernel's signal frame below `sp` (and the red zone) and
+/// redirects the context to the trampoline.
+///
+/// # Safety
+/// As in on_signal, after its checks.
+unsafe fn inject(m: &M, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, sp: usize) {
+    let (ss_lo, ss_size) = m.gsignal.get();
+    let start = crate::arch::sigframe_start(info, ctx);
+    let end = ss_lo + ss_size;
+    let len = end - start;
+    let a = crate::arch::FRAME_ALIGN;
+    // Same offset modulo FRAME_ALIGN as the original (the xsave area and
+    // the frame's own alignment), below the red zone.
+    let mut dst = (sp - crate::arch::RED_ZONE - len) & !(a - 1);
+    dst += start & (a - 1);
+    if dst + len > sp - crate::arch::RED_ZONE {
+        dst -= a;
+    }
+    // SAFETY: [start, end) is the kernel's frame on our altstack;
+    // [dst, dst + len) is free stack of the interrupted G (below its sp
+    // and red zone, above lo + headroom).
+    unsafe {
+        core::ptr::copy_nonoverlapping(start as *const u8, dst as *mut u8, len);
+        crate::arch::sigframe_relocate(dst, dst as isize - start as isize);
+        crate::arch::uc_redirect(
+            ctx,
+            crate::arch::async_preempt_pc(),
+            (dst - 64) & !15,
+            dst,
+            async_preempt as *const () as usize,
+        );
+    }
+}
+
+/// Rust half of the trampoline, on the preempted G's stack: park the G
+/// (or reacquire a P for a detached one), and when it is resumed return
+/// the frame copy for rt_sigreturn. Never unwinds.
+extern "C" fn async_preempt(frame: usize) -> usize {
+    let mp = crate::m::acquirem();
+    // SAFETY: a user G of this thread's M (the handler checked).
+    let (m, gp) = unsafe { (&*mp, (*mp).curg.get()) };
+    // SAFETY: as above.
+    let g = unsafe { &*gp };
+    if m.detached.load(Ordering::Relaxed) {
+        // A detached G computing: take a P back before running on. Pinned
+        // mode keeps it on this thread if it must wait for one.
+        if pinned_mode() && g.lockedm.get().is_null() {
+            pin(m, gp);
+            PINNED.fetch_add(1, Ordering::Relaxed);
+        }
+        crate::m::releasem(mp);
+        reacquire();
+        unpin_if_running_here(gp);
+    } else {
+        crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
+        PREEMPTIONS_ASYNC.fetch_add(1, Ordering::Relaxed);
+        g.preempt.store(false, Ordering::Relaxed);
+        if g.pinned.get() {
+            // The handler reserved a pinned M: wire the G to this M.
+            pin(m, gp);
+        }
+        // mcall takes over our acquirem (gopreempt_m releases it on g0).
+        crate::park::mcall_locked(gopreempt_m);
+    }
+    // Resumed: possibly on another M (migrate mode). rt_sigreturn installs
+    // the frame's altstack: make it this M's.
+    // SAFETY: getm is this thread's M.
+    let (ss, size) = unsafe { (*getm()).gsignal.get() };
+    // SAFETY: frame is our copy, untouched since the handler.
+    unsafe { crate::arch::sigframe_set_altstack(frame, ss, size) };
+    frame
+}
+
+/// Wires `gp` to `m` until it runs again (the lock_os_thread mechanism
+/// with `pinned` set, cleared by execute).
+fn pin(m: &M, gp: *mut G) {
+    // SAFETY: the running G of this M.
+    let g = unsafe { &*gp };
+    g.pinned.set(true);
+    g.lockedm.set(m as *const M as *mut M);
+    m.lockedg.set(gp);
+}
+
+/// After a reacquire that did not need to wait: drop the pin at once.
+fn unpin_if_running_here(gp: *mut G) {
+    // SAFETY: the running G.
+    let g = unsafe { &*gp };
+    if g.pinned.get() {
+        // SAFETY: this thread's M.
+        let m = unsafe { &*getm() };
+        unpin(m, g);
+    }
+}
+
+/// Clears a runtime pin (`pinned` set) of `g` on `m`. The G's owner only.
+pub(crate) fn unpin(m: &M, g: &G) {
+    g.pinned.set(false);
+    g.lockedm.set(core::ptr::null_mut());
+    m.lockedg.set(core::ptr::null_mut());
+    PINNED.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// g0 half of an async preemption (Go's gopreempt_m → goschedImpl): the G
+/// goes to the global queue; a pinned G's M then sleeps in schedule's
+/// stoplockedm until the G is handed back to it.
+unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
+    let gp = arg.cast::<G>();
+    // SAFETY: g0 of this M; gp just mcalled and is ours.
+    let (m, g) = unsafe { (&*getm(), &*gp) };
+    crate::m::releasem(m as *const M as *mut M);
+    g.cas_status(GStatus::Running, GStatus::Runnable);
+    m.curg.set(core::ptr::null_mut());
+    g.m.set(core::ptr::null_mut());
+    SCHED.lock.lock().globrunqput(gp);
+    sched::schedule()
+}
+
+/// Exits the implicit syscall of a G whose M blocking detection detached:
+/// reacquire a P before running on. Called at runtime entries on a user G,
+/// before any runtime lock is taken (cheap when not detached: one TLS read
+/// and a load). Inside a critical section it does nothing: the G goes on
+/// as if in a syscall (no P: waits block the thread) until the next entry.
+#[inline]
+pub(crate) fn reacquire() {
+    let mp = getm();
+    if mp.is_null() {
+        return;
+    }
+    // SAFETY: this thread's M.
+    let m = unsafe { &*mp };
+    if !m.detached.load(Ordering::Relaxed) || m.locks.get() != 0 {
+        return;
+    }
+    reacquire_slow(m);
+}
+
+#[cold]
+fn reacquire_slow(m: &M) {
+    if m.curg.get().is_null() {
+        return;
+    }
+    m.detached.store(false, Ordering::Relaxed);
+    REACQUIRES.fetch_add(1, Ordering::Relaxed);
+    crate::syscall::exitsyscall();
+}
+
+/// Parks-while-unwinding guard: a G that parks while
+/// `std::thread::panicking()` must resume on the same M (std keeps the panic
+/// count in thread-local state), and that M must run nothing else
+/// meanwhile. Pins the running G to its M; execute unpins it. User G, in a
+/// runtime critical section.
+pub(crate) fn pin_if_panicking(m: &M, gp: *mut G) {
+    // SAFETY: the running G.
+    let g = unsafe { &*gp };
+    if g.lockedm.get().is_null() && std::thread::panicking() {
+        pin(m, gp);
+        PINNED.fetch_add(1, Ordering::Relaxed);
+    }
+}
