@@ -113,6 +113,10 @@ pub struct Config {
     /// preempted goroutine's place (default 256). At the limit async
     /// preemption is refused until one resumes.
     pub preempt_pinned_max: usize,
+    /// How long a goroutine may run while others wait before sysmon
+    /// preempts it (Go's forcePreemptNS, 10 ms). At least 100 µs.
+    /// `GODEBUG=gorotimeslice=US` sets it in microseconds.
+    pub time_slice: std::time::Duration,
     /// Blocking detection: sysmon notices a goroutine blocked in the kernel
     /// without [`enter_syscall`] (a bare `std::thread::sleep`, a blocking
     /// read) and hands its P to another thread, as if the call had been
@@ -134,6 +138,7 @@ impl Default for Config {
             preempt_mode: PreemptMode::Pinned,
             preempt_pinned_max: 256,
             detect_blocking: true,
+            time_slice: std::time::Duration::from_millis(10),
             schedtrace_ms: 0,
             scheddetail: false,
         }
@@ -172,6 +177,16 @@ impl Config {
                         }
                     }
                     "gorodetect" => c.detect_blocking = val != "0",
+                    "gorotimeslice" => {
+                        if let Ok(us) = val.parse::<u64>() {
+                            c.time_slice = std::time::Duration::from_micros(us);
+                        }
+                    }
+                    "goropinnedmax" => {
+                        if let Ok(n) = val.parse::<usize>() {
+                            c.preempt_pinned_max = n;
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -210,6 +225,12 @@ impl Config {
         self
     }
 
+    /// Sets the time slice (see [`Config::time_slice`]).
+    pub fn time_slice(mut self, d: std::time::Duration) -> Config {
+        self.time_slice = d;
+        self
+    }
+
     /// Enables or disables blocking detection.
     pub fn detect_blocking(mut self, on: bool) -> Config {
         self.detect_blocking = on;
@@ -222,6 +243,12 @@ impl Config {
             return Err(Error::InvalidConfig(format!(
                 "max_procs must be in 1..={MAX_PROCS}, got {}",
                 self.max_procs
+            )));
+        }
+        if self.time_slice < std::time::Duration::from_micros(100) {
+            return Err(Error::InvalidConfig(format!(
+                "time_slice must be at least 100 µs, got {:?}",
+                self.time_slice
             )));
         }
         if self.preempt_pinned_max == 0 {

@@ -20,10 +20,11 @@
 //! Go's scavenger).
 
 use crate::sched::{self, SCHED};
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
-/// Go's forcePreemptNS: a G running this long on one P is asked to yield.
-pub(crate) const FORCE_PREEMPT_NS: i64 = 10_000_000;
+/// Go's forcePreemptNS: a G running this long on one P while other work
+/// waits is preempted. Config::time_slice; written once at start.
+static FORCE_PREEMPT_NS: AtomicI64 = AtomicI64::new(10_000_000);
 
 /// How often free goroutine stacks give their cold pages back (ns).
 const SCAVENGE_PERIOD_NS: i64 = 500_000_000;
@@ -67,6 +68,8 @@ const PROBE_EVERY_NS: i64 = 200_000;
 pub(crate) fn start(cfg: &crate::Config) {
     SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
     SCHEDDETAIL.store(cfg.scheddetail, Ordering::Relaxed);
+    let slice = i64::try_from(cfg.time_slice.as_nanos()).unwrap_or(i64::MAX);
+    FORCE_PREEMPT_NS.store(slice, Ordering::Relaxed);
     extern "C" fn sysmon_c(_: *mut libc::c_void) -> *mut libc::c_void {
         sysmon()
     }
@@ -85,6 +88,7 @@ fn sysmon() -> ! {
     let mut last_scavenge = start;
     let mut scavenging = false;
     let mut last_detached_scan = start;
+    let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
     loop {
         if idle == 0 {
             delay = 20;
@@ -92,8 +96,11 @@ fn sysmon() -> ! {
             delay = (delay * 2).min(10_000);
         }
         let busy = SCHED.npidle.load(Ordering::Relaxed) < sched::gomaxprocs() as i32;
+        // While a P is busy, wake often enough to keep the time slice to
+        // within a quarter of it (1 ms for the default 10 ms).
+        let busy_max = BUSY_MAX_DELAY_US.min((force_preempt_ns / 4_000).max(20) as u64);
         crate::os::usleep(if busy {
-            delay.min(BUSY_MAX_DELAY_US)
+            delay.min(busy_max)
         } else {
             delay
         });
@@ -174,20 +181,25 @@ fn retake(now: i64, ticks: &mut [PTick]) -> u32 {
             if t.schedtick != tick {
                 t.schedtick = tick;
                 t.schedwhen = now;
-            } else if t.schedwhen + FORCE_PREEMPT_NS <= now {
+            } else {
+                let ran = now - t.schedwhen;
+                let slice_over = ran >= FORCE_PREEMPT_NS.load(Ordering::Relaxed);
                 if s == PStatus::Running && has_waiting_work(p, now) {
-                    crate::preempt::preemptone(p);
+                    // A G blocked in the kernel cannot be preempted (its pc
+                    // is in libc): detect that first, then preempt.
+                    let detached = ran >= DETECT_AFTER_NS
+                        && now - t.probed >= PROBE_EVERY_NS
+                        && crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed)
+                        && {
+                            t.probed = now;
+                            detect_blocked(p)
+                        };
+                    if slice_over && !detached {
+                        crate::preempt::preemptone(p);
+                    }
                 }
                 // In a syscall preemptone cannot work: retake instead.
-                sysretake = true;
-            } else if s == PStatus::Running
-                && now - t.schedwhen >= DETECT_AFTER_NS
-                && now - t.probed >= PROBE_EVERY_NS
-                && crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed)
-                && has_waiting_work(p, now)
-            {
-                t.probed = now;
-                detect_blocked(p);
+                sysretake = slice_over;
             }
         }
         if s == PStatus::Syscall {
@@ -225,19 +237,22 @@ fn retake(now: i64, ticks: &mut [PTick]) -> u32 {
 
 /// Blocking detection: if the M running `p` is blocked in a system call in
 /// user code, ask its SIGURG handler to detach the P (preempt.rs).
-fn detect_blocked(p: &crate::p::P) {
+/// Returns whether it asked.
+fn detect_blocked(p: &crate::p::P) -> bool {
     let mp = p.m.get();
     if mp.is_null() {
-        return;
+        return false;
     }
     // SAFETY: Ms are never freed; racy reads of fields the handler re-checks.
     let m = unsafe { &*mp };
     if m.curg.get().is_null() || m.locks.get() != 0 {
-        return;
+        return false;
     }
     if let Some(true) = thread_in_syscall(m.procid.load(Ordering::Relaxed)) {
         crate::preempt::signal_m(m, crate::preempt::REQ_DETACH);
+        return true;
     }
+    false
 }
 
 /// A detached M whose G computes again (its thread is not in the kernel)

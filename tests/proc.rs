@@ -659,7 +659,6 @@ fn resize_while_running() {
 /// spinning goroutines must be moved off the removed Ps (preempted), and all
 /// of them keep making progress at every size.
 #[test]
-#[ignore = "needs asynchronous preemption (SIGURG), a later issue: goro preempts cooperatively only"]
 fn resize_with_cpu_bound_goroutines() {
     isolated("resize_with_cpu_bound_goroutines", || {
         run(|| {
@@ -705,7 +704,6 @@ fn resize_with_cpu_bound_goroutines() {
 /// the main goroutine gets the P back after yielding, and a stop-the-world
 /// (set_max_procs) completes.
 #[test]
-#[ignore = "needs asynchronous preemption (SIGURG), a later issue: goro preempts cooperatively only"]
 fn async_preempt_tight_loops() {
     isolated("async_preempt_tight_loops", || {
         run(|| {

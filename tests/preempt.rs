@@ -1,0 +1,1004 @@
+//! Asynchronous preemption, syscall hand-off and blocking detection: ports
+//! of Go's proc_test.go preemption tests (TestPreemption, TestPreemptionGC,
+//! TestPingPongHog, TestYieldProgress, TestNumGoroutine with hogs) and the
+//! Rust-specific guarantees of pinned preemption (docs/PREEMPTION.md).
+//!
+//! Every test runs in a child process (this binary re-executed) with the
+//! runtime configured through the environment (GOMAXPROCS, GODEBUG), so
+//! each gets a fresh process-wide runtime with its own settings, and a hang
+//! fails that test after a generous limit instead of blocking the run.
+//! Without asynchronous preemption most of these tests hang: that is what
+//! makes them able to fail.
+
+mod common;
+
+use common::qemu;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CHILD_ENV: &str = "GORO_PREEMPT_CHILD";
+
+/// Runs `body` in a child process with `env` set, failing if it fails or
+/// hangs. The limit is a hang detector, not a speed assertion.
+fn child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
+    if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
+        body();
+        return;
+    }
+    let out = spawn_child(name, env);
+    assert!(
+        out.status.success(),
+        "{name} failed in the child: {:?}\n--- stdout:\n{}--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn spawn_child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, name)
+        .env_remove("GODEBUG")
+        .env_remove("GOMAXPROCS")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("re-executing the test binary");
+    let limit = Duration::from_secs(if qemu() { 240 } else { 60 });
+    // A watchdog kills the child after the limit; the output is read
+    // concurrently (a child writing more than a pipe holds would block).
+    let pid = child.id() as i32;
+    let done = Arc::new(AtomicBool::new(false));
+    let hung = Arc::new(AtomicBool::new(false));
+    let watchdog = {
+        let (done, hung) = (done.clone(), hung.clone());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !done.load(SeqCst) {
+                if start.elapsed() > limit {
+                    hung.store(true, SeqCst);
+                    // SAFETY: signalling our own child, not yet reaped.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return;
+                }
+                // Polling from a plain watchdog thread.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let out = child.wait_with_output().unwrap();
+    done.store(true, SeqCst);
+    watchdog.join().unwrap();
+    assert!(
+        !hung.load(SeqCst),
+        "{name} hung for {limit:?} (a goroutine was never preempted or a P never handed off)\n--- stdout:\n{}--- stderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+const ONE_P: (&str, &str) = ("GOMAXPROCS", "1");
+
+/// A loop with no runtime call in it (the body the compiler cannot drop).
+fn spin_until(stop: &AtomicBool) -> u64 {
+    let mut x = 1u64;
+    while !stop.load(Relaxed) {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    }
+    x
+}
+
+// ---------------------------------------------------------------------------
+// Go's proc_test.go ports.
+
+/// TestPreemption: with GOMAXPROCS = 1, two goroutines hand a token back
+/// and forth by spinning on an atomic, never calling the runtime: each
+/// hand-over needs the other one preempted.
+#[test]
+fn preemption_spin_handoff() {
+    child("preemption_spin_handoff", &[ONE_P], || {
+        goro::run(|| {
+            let n = if qemu() { 5 } else { 20 };
+            let x = Arc::new(AtomicUsize::new(0));
+            let hs: Vec<_> = (0..2)
+                .map(|g| {
+                    let x = x.clone();
+                    goro::spawn(move || {
+                        for _ in 0..n {
+                            while x.load(SeqCst) != g {
+                                std::hint::spin_loop();
+                            }
+                            x.store(1 - g, SeqCst);
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            assert!(goro::stats().preemptions_async > 0);
+        })
+    });
+}
+
+/// TestPreemptionGC's shape: goroutines spinning without runtime calls
+/// while the world is stopped again and again (set_max_procs is goro's
+/// stop-the-world); every stop completes.
+#[test]
+fn preemption_stop_the_world() {
+    child("preemption_stop_the_world", &[("GOMAXPROCS", "2")], || {
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let stop = stop.clone();
+                    goro::spawn(move || spin_until(&stop))
+                })
+                .collect();
+            for i in 0..if qemu() { 10 } else { 50 } {
+                goro::set_max_procs(1 + i % 2);
+            }
+            stop.store(true, SeqCst);
+            for h in hs {
+                h.join().unwrap();
+            }
+        })
+    });
+}
+
+/// TestPingPongHog: two hog goroutines and two light ones ping-pong
+/// through channels on one P; the time-slice inheritance of runnext must
+/// not let the hogs crowd out the light pair (counts within a factor 20).
+#[test]
+fn ping_pong_hog() {
+    child("ping_pong_hog", &[ONE_P], || {
+        goro::run(|| {
+            let done = Arc::new(AtomicBool::new(false));
+            let (hog_tx, hog_rx) = goro::chan::<bool>(0);
+            let (light_tx, light_rx) = goro::chan::<bool>(0);
+            let hog_count = Arc::new(AtomicU64::new(0));
+            let light_count = Arc::new(AtomicU64::new(0));
+            let run = |limit: u64,
+                       counter: Arc<AtomicU64>,
+                       tx: goro::Sender<bool>,
+                       rx: goro::Receiver<bool>,
+                       done: Arc<AtomicBool>| {
+                goro::spawn(move || {
+                    while !done.load(Relaxed) {
+                        if rx.recv().is_err() {
+                            return;
+                        }
+                        for _ in 0..limit {
+                            counter.fetch_add(1, Relaxed);
+                        }
+                        if tx.send(true).is_err() {
+                            return;
+                        }
+                    }
+                })
+            };
+            let mut hs = Vec::new();
+            for _ in 0..2 {
+                hs.push(run(
+                    1_000_000,
+                    hog_count.clone(),
+                    hog_tx.clone(),
+                    hog_rx.clone(),
+                    done.clone(),
+                ));
+                hs.push(run(
+                    1_000,
+                    light_count.clone(),
+                    light_tx.clone(),
+                    light_rx.clone(),
+                    done.clone(),
+                ));
+            }
+            hog_tx.send(true).unwrap();
+            light_tx.send(true).unwrap();
+            goro::time::sleep(Duration::from_millis(if qemu() { 1000 } else { 200 }));
+            done.store(true, SeqCst);
+            hog_tx.close();
+            light_tx.close();
+            for h in hs {
+                h.join().unwrap();
+            }
+            let (h, l) = (hog_count.load(SeqCst), light_count.load(SeqCst));
+            const FACTOR: u64 = 20;
+            assert!(
+                h / FACTOR <= l && l / FACTOR <= h,
+                "hog count {h} and light count {l} differ by more than {FACTOR}x"
+            );
+        })
+    });
+}
+
+/// TestYieldProgress / TestYieldLockedProgress: a goroutine yielding in a
+/// loop does not keep a channel send from completing; nor when locked.
+#[test]
+fn yield_progress() {
+    child("yield_progress", &[ONE_P], || {
+        goro::run(|| {
+            for locked in [false, true] {
+                let (c_tx, c_rx) = goro::chan::<bool>(0);
+                let (ack_tx, ack_rx) = goro::chan::<bool>(0);
+                let h = goro::spawn(move || {
+                    if locked {
+                        goro::lock_os_thread();
+                    }
+                    loop {
+                        goro::select! {
+                            recv(c_rx) -> _ => { ack_tx.send(true).unwrap(); return; },
+                            default => goro::yield_now(),
+                        }
+                    }
+                });
+                goro::time::sleep(Duration::from_millis(10));
+                c_tx.send(true).unwrap();
+                ack_rx.recv().unwrap();
+                h.join().unwrap();
+            }
+        })
+    });
+}
+
+/// TestNumGoroutine with hogs: the count is exact while goroutines spin
+/// without runtime calls on every P.
+#[test]
+fn num_goroutine_with_hogs() {
+    child("num_goroutine_with_hogs", &[("GOMAXPROCS", "2")], || {
+        goro::run(|| {
+            let base = goro::num_goroutine();
+            let stop = Arc::new(AtomicBool::new(false));
+            let hs: Vec<_> = (0..6)
+                .map(|_| {
+                    let stop = stop.clone();
+                    goro::spawn(move || spin_until(&stop))
+                })
+                .collect();
+            assert_eq!(goro::num_goroutine(), base + 6);
+            // The main goroutine itself gets the P back again and again.
+            for _ in 0..5 {
+                goro::time::sleep(Duration::from_millis(5));
+                assert_eq!(goro::num_goroutine(), base + 6);
+            }
+            stop.store(true, SeqCst);
+            for h in hs {
+                h.join().unwrap();
+            }
+            // A joined goroutine is counted until its goexit completes.
+            while goro::num_goroutine() != base {
+                goro::yield_now();
+            }
+        })
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Latency beside a hog.
+
+/// A goroutine sleeping 10 ms in a loop beside a hog on one P keeps waking
+/// (the hog is preempted every time slice). Without preemption it never
+/// wakes again (the hog spins until the sleeper is done): a hang. The
+/// lateness bound is generous (the 10 ms slice plus scheduling noise on a
+/// loaded CI machine); the benchmark measures it precisely.
+#[test]
+fn sleeper_beside_hog() {
+    child("sleeper_beside_hog", &[ONE_P], || {
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let hog = {
+                let stop = stop.clone();
+                goro::spawn(move || spin_until(&stop))
+            };
+            let mut worst = Duration::ZERO;
+            for _ in 0..if qemu() { 10 } else { 30 } {
+                let t = Instant::now();
+                goro::time::sleep(Duration::from_millis(10));
+                worst = worst.max(t.elapsed() - Duration::from_millis(10));
+            }
+            stop.store(true, SeqCst);
+            hog.join().unwrap();
+            let bound = Duration::from_millis(if qemu() { 2000 } else { 250 });
+            assert!(worst < bound, "worst lateness {worst:?}");
+            let st = goro::stats();
+            assert!(st.preemptions_async > 0, "{st:?}");
+            println!("worst lateness {worst:?}, {st:?}");
+        })
+    });
+}
+
+/// The same with the hog in migrating mode (Go's behaviour).
+#[test]
+fn sleeper_beside_hog_migrate() {
+    child(
+        "sleeper_beside_hog_migrate",
+        &[ONE_P, ("GODEBUG", "goropreempt=migrate")],
+        || {
+            goro::run(|| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let hog = {
+                    let stop = stop.clone();
+                    goro::spawn(move || spin_until(&stop))
+                };
+                for _ in 0..10 {
+                    goro::time::sleep(Duration::from_millis(10));
+                }
+                stop.store(true, SeqCst);
+                hog.join().unwrap();
+                let st = goro::stats();
+                assert!(st.preemptions_async > 0, "{st:?}");
+                assert_eq!(st.pinned_threads, 0, "{st:?}");
+            })
+        },
+    );
+}
+
+/// GODEBUG=asyncpreemptoff=1: no signal-based preemption happens (a hog
+/// with finite work then delays the sleeper by its whole length).
+#[test]
+fn asyncpreemptoff() {
+    child(
+        "asyncpreemptoff",
+        &[ONE_P, ("GODEBUG", "asyncpreemptoff=1")],
+        || {
+            goro::run(|| {
+                let hog = goro::spawn(|| {
+                    let t = Instant::now();
+                    let mut x = 0u64;
+                    while t.elapsed() < Duration::from_millis(200) {
+                        x = x.wrapping_add(1);
+                    }
+                    x
+                });
+                let t = Instant::now();
+                goro::time::sleep(Duration::from_millis(1));
+                let slept = t.elapsed();
+                hog.join().unwrap();
+                assert_eq!(goro::stats().preemptions_async, 0);
+                assert!(slept >= Duration::from_millis(150), "slept {slept:?}");
+            })
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Register state across preemptions.
+
+/// Floating-point and integer SIMD work whose every intermediate lives in
+/// vector registers (SSE2 / AVX2 on x86_64, NEON on aarch64), folded into a
+/// checksum.
+#[cfg(target_arch = "x86_64")]
+fn simd_work(iters: u64) -> u64 {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86_64 baseline.
+    unsafe {
+        let mut a = _mm_set_ps(1.0, 2.0, 3.0, 4.0);
+        let k = _mm_set_ps(1.000_1, 0.999_9, 1.000_07, 0.999_93);
+        let c = _mm_set1_ps(1e-3);
+        let mut b = _mm_set_epi32(0x0123_4567, 0x89ab_cdefu32 as i32, 0x0f1e_2d3c, 0x4b5a_6978);
+        let mut d = _mm_set_pd(1.5, -2.25);
+        let kd = _mm_set_pd(0.999_999, 1.000_001);
+        for _ in 0..iters {
+            a = _mm_add_ps(_mm_mul_ps(a, k), c);
+            b = _mm_add_epi32(b, _mm_shuffle_epi32(b, 0x39));
+            b = _mm_xor_si128(b, _mm_slli_epi32(b, 3));
+            d = _mm_mul_pd(d, kd);
+        }
+        let mut out = [0u64; 6];
+        _mm_storeu_si128(out.as_mut_ptr().cast(), _mm_castps_si128(a));
+        _mm_storeu_si128(out[2..].as_mut_ptr().cast(), b);
+        _mm_storeu_si128(out[4..].as_mut_ptr().cast(), _mm_castpd_si128(d));
+        let mut h = out.iter().fold(0u64, |h, v| h.rotate_left(7) ^ v);
+        if is_x86_feature_detected!("avx2") {
+            h ^= avx2_work(iters);
+        }
+        h
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn avx2_work(iters: u64) -> u64 {
+    use std::arch::x86_64::*;
+    let mut a = _mm256_set_ps(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0);
+    let k = _mm256_set1_ps(1.000_03);
+    let mut b = _mm256_set1_epi64x(0x0123_4567_89ab_cdef);
+    for _ in 0..iters {
+        a = _mm256_sub_ps(_mm256_mul_ps(a, k), _mm256_set1_ps(1e-4));
+        b = _mm256_add_epi64(b, _mm256_permute4x64_epi64(b, 0x39));
+    }
+    let mut out = [0u64; 8];
+    _mm256_storeu_si256(out.as_mut_ptr().cast(), _mm256_castps_si256(a));
+    _mm256_storeu_si256(out[4..].as_mut_ptr().cast(), b);
+    out.iter().fold(0u64, |h, v| h.rotate_left(9) ^ v)
+}
+
+#[cfg(target_arch = "aarch64")]
+fn simd_work(iters: u64) -> u64 {
+    use std::arch::aarch64::*;
+    // SAFETY: NEON is part of the aarch64 baseline.
+    unsafe {
+        let mut a = vld1q_f32([1.0f32, 2.0, 3.0, 4.0].as_ptr());
+        let k = vld1q_f32([1.000_1f32, 0.999_9, 1.000_07, 0.999_93].as_ptr());
+        let c = vdupq_n_f32(1e-3);
+        let mut b = vld1q_u32([0x0123_4567u32, 0x89ab_cdef, 0x0f1e_2d3c, 0x4b5a_6978].as_ptr());
+        let mut d = vld1q_f64([1.5f64, -2.25].as_ptr());
+        let kd = vld1q_f64([0.999_999f64, 1.000_001].as_ptr());
+        for _ in 0..iters {
+            a = vaddq_f32(vmulq_f32(a, k), c);
+            b = vaddq_u32(b, vextq_u32(b, b, 1));
+            b = veorq_u32(b, vshlq_n_u32(b, 3));
+            d = vmulq_f64(d, kd);
+        }
+        let mut out = [0u64; 6];
+        vst1q_u64(out.as_mut_ptr(), vreinterpretq_u64_f32(a));
+        vst1q_u64(out[2..].as_mut_ptr(), vreinterpretq_u64_u32(b));
+        vst1q_u64(out[4..].as_mut_ptr(), vreinterpretq_u64_f64(d));
+        out.iter().fold(0u64, |h, v| h.rotate_left(7) ^ v)
+    }
+}
+
+/// A 128-bit sum computed with add-with-carry: the carry flag is live
+/// between the two instructions, where a preemption must preserve it.
+fn carry_chain(iters: u64) -> (u64, u64) {
+    let (mut lo, mut hi) = (0u64, 0u64);
+    for i in 0..iters {
+        let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | (1 << 63);
+        // SAFETY: register-only arithmetic.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            core::arch::asm!(
+                "add {lo}, {x}",
+                "adc {hi}, 0",
+                lo = inout(reg) lo,
+                hi = inout(reg) hi,
+                x = in(reg) x,
+            );
+        }
+        // SAFETY: register-only arithmetic.
+        #[cfg(target_arch = "aarch64")]
+        unsafe {
+            core::arch::asm!(
+                "adds {lo}, {lo}, {x}",
+                "adc {hi}, {hi}, xzr",
+                lo = inout(reg) lo,
+                hi = inout(reg) hi,
+                x = in(reg) x,
+            );
+        }
+    }
+    (lo, hi)
+}
+
+fn carry_chain_expected(iters: u64) -> (u64, u64) {
+    let mut s = 0u128;
+    for i in 0..iters {
+        s += (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | (1 << 63)) as u128;
+    }
+    (s as u64, (s >> 64) as u64)
+}
+
+/// Hogs computing with vector registers and live integer flags get
+/// bit-exact results across thousands of preemptions (a 200 µs time slice
+/// and three hogs on one P).
+#[test]
+fn register_state_survives_preemption() {
+    child(
+        "register_state_survives_preemption",
+        &[ONE_P, ("GODEBUG", "gorotimeslice=200")],
+        || {
+            let simd_iters = if qemu() { 200_000 } else { 20_000_000 };
+            let carry_iters = if qemu() { 500_000 } else { 50_000_000 };
+            // Reference values on a plain thread, before the runtime starts.
+            let simd_ref = simd_work(simd_iters);
+            let carry_ref = carry_chain_expected(carry_iters);
+            goro::run(move || {
+                let mut hs = Vec::new();
+                for _ in 0..2 {
+                    hs.push(goro::spawn(move || {
+                        let mut bad = 0;
+                        for _ in 0..3 {
+                            if simd_work(simd_iters) != simd_ref {
+                                bad += 1;
+                            }
+                        }
+                        bad
+                    }));
+                }
+                hs.push(goro::spawn(move || {
+                    let mut bad = 0;
+                    for _ in 0..3 {
+                        if carry_chain(carry_iters) != carry_ref {
+                            bad += 1;
+                        }
+                    }
+                    bad
+                }));
+                let bad: i32 = hs.into_iter().map(|h| h.join().unwrap()).sum();
+                let st = goro::stats();
+                println!("{st:?}");
+                assert_eq!(bad, 0, "corrupted results after {} preemptions", st.preemptions_async);
+                let want = if qemu() { 5 } else { 200 };
+                assert!(st.preemptions_async >= want, "only {} preemptions", st.preemptions_async);
+            })
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Thread affinity in pinned mode.
+
+/// Four hogs `println!` fixed lines in tight loops on one P: std's stdout
+/// lock (a reentrant lock owned by a thread id) is held at many preemption
+/// points. Every line comes out intact; no panic, no deadlock.
+#[test]
+fn pinned_println_hogs() {
+    const LINE: &str = "the quick brown fox jumps over the lazy dog 0123456789";
+    let name = "pinned_println_hogs";
+    if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
+        goro::run(|| {
+            let n = if qemu() { 500 } else { 20_000 };
+            // Ends the harness's "test ... " line, which has no newline.
+            println!();
+            let hs: Vec<_> = (0..4)
+                .map(|i| {
+                    goro::spawn(move || {
+                        for _ in 0..n {
+                            println!("{i} {LINE}");
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            eprintln!("{:?}", goro::stats());
+        });
+        return;
+    }
+    let out = spawn_child(name, &[ONE_P, ("GODEBUG", "gorotimeslice=200")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let mut counts = [0usize; 4];
+    for l in stdout.lines() {
+        if l.starts_with("running ") || l.starts_with("test ") || l.is_empty() || l.contains("test result") || l.starts_with("successes") || l == "ok" {
+            continue;
+        }
+        let (i, rest) = l.split_once(' ').unwrap_or(("x", l));
+        assert_eq!(rest, LINE, "mangled line {l:?}");
+        counts[i.parse::<usize>().expect("goroutine index")] += 1;
+    }
+    let n = if qemu() { 500 } else { 20_000 };
+    assert_eq!(counts, [n; 4]);
+}
+
+std::thread_local! {
+    static INSIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static COUNT: std::cell::RefCell<u64> = const { std::cell::RefCell::new(0) };
+}
+
+/// Many hogs update a `thread_local!` inside windows where another
+/// goroutine running on the same thread, or the window resuming on another
+/// thread, would be visible: the window's flag is set, a `RefCell` borrow is
+/// held, and the thread id must not change. Pinned mode keeps all three.
+#[test]
+fn pinned_thread_local_windows() {
+    child(
+        "pinned_thread_local_windows",
+        &[("GOMAXPROCS", "2"), ("GODEBUG", "gorotimeslice=200")],
+        || {
+            goro::run(|| {
+                let rounds = if qemu() { 2_000 } else { 200_000 };
+                let hs: Vec<_> = (0..6)
+                    .map(|_| {
+                        goro::spawn(move || {
+                            for round in 0..rounds {
+                                // SAFETY: gettid has no preconditions.
+                                let tid = unsafe { libc::gettid() };
+                                INSIDE.with(|f| {
+                                    assert!(!f.get(), "another goroutine ran inside the window");
+                                    f.set(true);
+                                });
+                                COUNT.with(|c| {
+                                    let mut b = c.borrow_mut();
+                                    let v = *b;
+                                    let mut x = v;
+                                    for k in 0..200u64 {
+                                        x = std::hint::black_box(x.wrapping_add(k));
+                                    }
+                                    std::hint::black_box(x);
+                                    *b = v + 1;
+                                });
+                                INSIDE.with(|f| f.set(false));
+                                // SAFETY: as above.
+                                assert_eq!(tid, unsafe { libc::gettid() }, "resumed on another thread");
+                                // A cooperative switch point now and then,
+                                // where migrating is allowed.
+                                if round % 1000 == 0 {
+                                    goro::yield_now();
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                let st = goro::stats();
+                println!("{st:?}");
+                assert!(st.preemptions_async > 0, "{st:?}");
+            })
+        },
+    );
+}
+
+/// A hog holding a `std::sync::Mutex` while preempted does not deadlock
+/// the program with GOMAXPROCS = 1: the others block on the lock in the
+/// kernel, blocking detection hands their P on, and the holder resumes.
+#[test]
+fn pinned_std_mutex_hogs() {
+    child(
+        "pinned_std_mutex_hogs",
+        &[ONE_P, ("GODEBUG", "gorotimeslice=200")],
+        || {
+            goro::run(|| {
+                let m = Arc::new(std::sync::Mutex::new(0u64));
+                let rounds = if qemu() { 200 } else { 5_000 };
+                let hs: Vec<_> = (0..4)
+                    .map(|_| {
+                        let m = m.clone();
+                        goro::spawn(move || {
+                            for _ in 0..rounds {
+                                let mut g = m.lock().unwrap();
+                                let v = *g;
+                                let mut x = 0u64;
+                                for k in 0..20_000u64 {
+                                    x = std::hint::black_box(x ^ k);
+                                }
+                                std::hint::black_box(x);
+                                *g = v + 1;
+                            }
+                        })
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                assert_eq!(*m.lock().unwrap(), 4 * rounds);
+                println!("{:?}", goro::stats());
+            })
+        },
+    );
+}
+
+/// At `preempt_pinned_max` sleeping threads, further async preemptions are
+/// refused (counted) and the program still completes: hogs with finite work
+/// run to their end.
+#[test]
+fn pinned_limit() {
+    child(
+        "pinned_limit",
+        &[ONE_P, ("GODEBUG", "gorotimeslice=200,goropinnedmax=1")],
+        || {
+            goro::run(|| {
+                let hs: Vec<_> = (0..3)
+                    .map(|_| {
+                        goro::spawn(|| {
+                            let t = Instant::now();
+                            let mut x = 0u64;
+                            while t.elapsed() < Duration::from_millis(if qemu() { 300 } else { 100 }) {
+                                x = std::hint::black_box(x + 1);
+                            }
+                            x
+                        })
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                let st = goro::stats();
+                println!("{st:?}");
+                assert!(st.preempt_pinned_limit > 0, "{st:?}");
+                assert_eq!(st.pinned_threads, 0, "{st:?}");
+            })
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------
+// System calls.
+
+/// Eight goroutines each sleeping 10 × 50 ms in the kernel inside
+/// `blocking`, on one P, overlap: about 0.5 s, not 4 s. Meanwhile a ticker
+/// and a channel ping-pong of other goroutines keep going.
+#[test]
+fn blocking_guarded_overlaps() {
+    child("blocking_guarded_overlaps", &[ONE_P], || {
+        goro::run(|| blocking_overlap(true))
+    });
+}
+
+/// The same with a bare `std::thread::sleep` (no guard): blocking detection
+/// hands the P on.
+#[test]
+fn blocking_unguarded_detected() {
+    child("blocking_unguarded_detected", &[ONE_P], || {
+        goro::run(|| {
+            blocking_overlap(false);
+            let st = goro::stats();
+            assert!(st.retakes_detected > 0, "{st:?}");
+        })
+    });
+}
+
+fn blocking_overlap(guarded: bool) {
+    let t = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let (stop, ticks) = (stop.clone(), ticks.clone());
+        goro::spawn(move || {
+            let tick = goro::time::tick(Duration::from_millis(10));
+            while !stop.load(Relaxed) {
+                tick.recv().unwrap();
+                ticks.fetch_add(1, Relaxed);
+            }
+        })
+    };
+    let (ping_tx, ping_rx) = goro::chan::<u64>(0);
+    let pinger = {
+        let stop = stop.clone();
+        goro::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Relaxed) {
+                ping_tx.send(n).unwrap();
+                n += 1;
+                goro::time::sleep(Duration::from_millis(1));
+            }
+        })
+    };
+    let ponger = goro::spawn(move || ping_rx.iter().count());
+    let hs: Vec<_> = (0..8)
+        .map(|_| {
+            goro::spawn(move || {
+                for _ in 0..10 {
+                    if guarded {
+                        goro::blocking(|| std::thread::sleep(Duration::from_millis(50)));
+                    } else {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let el = t.elapsed();
+    stop.store(true, SeqCst);
+    ticker.join().unwrap();
+    pinger.join().unwrap();
+    let pongs = ponger.join().unwrap();
+    let st = goro::stats();
+    println!("{el:?} ticks {} pongs {pongs} {st:?}", ticks.load(SeqCst));
+    // Serialised on one P it takes 4 s; overlapped, ~0.5 s.
+    let bound = Duration::from_millis(if qemu() { 3500 } else { 2500 });
+    assert!(el < bound, "8 × 10 × 50 ms sleeps took {el:?}");
+    assert!(ticks.load(SeqCst) >= 10, "ticker starved: {}", ticks.load(SeqCst));
+    assert!(pongs >= 10, "channel traffic starved: {pongs}");
+    assert!(st.syscalls_handed_off >= 7, "{st:?}");
+}
+
+/// A short guarded call keeps the P (no hand-off when nobody waits):
+/// 100,000 guarded getpid calls on one P cost no thread wake-ups.
+#[test]
+fn short_syscalls_keep_the_p() {
+    child("short_syscalls_keep_the_p", &[ONE_P], || {
+        goro::run(|| {
+            let before = goro::stats();
+            for _ in 0..if qemu() { 10_000 } else { 100_000 } {
+                let g = goro::enter_syscall();
+                // SAFETY: getpid has no preconditions.
+                unsafe { libc::syscall(libc::SYS_getpid) };
+                goro::exit_syscall(g);
+            }
+            let after = goro::stats();
+            // sysmon may catch one call in flight now and then; an eager
+            // hand-off would be 100,000.
+            assert!(
+                after.syscalls_handed_off - before.syscalls_handed_off < 100,
+                "{after:?}"
+            );
+        })
+    });
+}
+
+/// `enter_syscall_block` hands the P off at once.
+#[test]
+fn enter_syscall_block_hands_off() {
+    child("enter_syscall_block_hands_off", &[ONE_P], || {
+        goro::run(|| {
+            let before = goro::stats().syscalls_handed_off;
+            let g = goro::enter_syscall_block();
+            let mid = goro::stats().syscalls_handed_off;
+            goro::exit_syscall(g);
+            assert_eq!(mid, before + 1);
+            // The goroutine runs on with a P: channels park again.
+            let (tx, rx) = goro::chan::<i32>(0);
+            goro::spawn(move || tx.send(7).unwrap());
+            assert_eq!(rx.recv().unwrap(), 7);
+        })
+    });
+}
+
+/// A goroutine blocked in a restartable read (a pipe) while blocking
+/// detection signals its thread: the read completes with the data, never
+/// with EINTR, and the other goroutines ran meanwhile.
+#[test]
+fn detected_read_no_eintr() {
+    child("detected_read_no_eintr", &[ONE_P], || {
+        goro::run(|| {
+            use std::io::{Read, Write};
+            let mut fds = [0i32; 2];
+            // SAFETY: fds is a valid 2-int array.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            // SAFETY: fresh fds we own.
+            let mut r = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+            // SAFETY: as above.
+            let mut w = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) };
+            let reader = goro::spawn(move || {
+                let mut buf = [0u8; 5];
+                r.read_exact(&mut buf).map(|_| buf)
+            });
+            // Runs only once the reader's P was handed on.
+            let (tx, rx) = goro::chan::<()>(0);
+            goro::spawn(move || tx.send(()).unwrap());
+            rx.recv().unwrap();
+            // Let detection signal the blocked reader a few times.
+            for _ in 0..20 {
+                goro::time::sleep(Duration::from_millis(2));
+            }
+            std::thread::spawn(move || w.write_all(b"hello").unwrap())
+                .join()
+                .unwrap();
+            assert_eq!(&reader.join().unwrap().expect("read failed"), b"hello");
+        })
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Signals that are not goro's.
+
+/// SIGURG sent by the user to the process (kill) while goroutines run and
+/// hogs are preempted: nothing breaks, and a user handler installed before
+/// the runtime started still receives the user's signals.
+#[test]
+fn user_sigurg() {
+    child("user_sigurg", &[ONE_P, ("GODEBUG", "gorotimeslice=500")], || {
+        static USER: AtomicUsize = AtomicUsize::new(0);
+        extern "C" fn handler(_: libc::c_int) {
+            USER.fetch_add(1, SeqCst);
+        }
+        // SAFETY: installing a plain handler before the runtime starts.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as *const () as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut());
+        }
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let hogs: Vec<_> = (0..2)
+                .map(|_| {
+                    let stop = stop.clone();
+                    goro::spawn(move || spin_until(&stop))
+                })
+                .collect();
+            let (tx, rx) = goro::chan::<u64>(0);
+            let sum = goro::spawn(move || rx.iter().sum::<u64>());
+            for i in 0..200u64 {
+                if i % 10 == 0 {
+                    // Standard signals coalesce while pending: wait for each
+                    // to reach the user's handler before sending the next.
+                    let before = USER.load(SeqCst);
+                    // SAFETY: signalling our own process.
+                    unsafe { libc::kill(libc::getpid(), libc::SIGURG) };
+                    let t = Instant::now();
+                    while USER.load(SeqCst) == before {
+                        assert!(t.elapsed() < Duration::from_secs(20), "user handler not called");
+                        goro::yield_now();
+                    }
+                }
+                tx.send(i).unwrap();
+            }
+            drop(tx);
+            assert_eq!(sum.join().unwrap(), 199 * 200 / 2);
+            stop.store(true, SeqCst);
+            for h in hogs {
+                h.join().unwrap();
+            }
+            // Exactly the user's signals reached the user's handler (none
+            // of goro's many preemption signals did).
+            assert_eq!(USER.load(SeqCst), 20);
+            assert!(goro::stats().preempt_signals > 0);
+        })
+    });
+}
+
+/// Preemption requested while goroutines are deep in libc (memcpy, strlen),
+/// in runtime critical sections (channel locks, spawn) and in syscalls:
+/// every result stays correct.
+#[test]
+fn preempt_in_libc_runtime_and_syscalls() {
+    child(
+        "preempt_in_libc_runtime_and_syscalls",
+        &[("GOMAXPROCS", "2"), ("GODEBUG", "gorotimeslice=200")],
+        || {
+            goro::run(|| {
+                let rounds = if qemu() { 50 } else { 2_000 };
+                let libc_hog = goro::spawn(move || {
+                    let src = vec![7u8; 1 << 20];
+                    let mut dst = vec![0u8; 1 << 20];
+                    let mut cs = vec![b'x'; 1 << 20];
+                    *cs.last_mut().unwrap() = 0;
+                    let mut total = 0usize;
+                    for _ in 0..rounds {
+                        // SAFETY: both buffers are 1 MiB; cs is NUL-terminated.
+                        unsafe {
+                            libc::memcpy(dst.as_mut_ptr().cast(), src.as_ptr().cast(), src.len());
+                            total += libc::strlen(cs.as_ptr().cast());
+                        }
+                        assert_eq!(dst[12345], 7);
+                    }
+                    total
+                });
+                let (tx, rx) = goro::chan::<u64>(16);
+                let chan_hogs: Vec<_> = (0..3)
+                    .map(|_| {
+                        let tx = tx.clone();
+                        goro::spawn(move || {
+                            for i in 0..rounds as u64 * 50 {
+                                tx.send(i).unwrap();
+                                if i % 100 == 0 {
+                                    goro::spawn(|| {}).join().unwrap();
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                drop(tx);
+                let sys = goro::spawn(move || {
+                    for _ in 0..rounds * 10 {
+                        goro::blocking(|| {
+                            // SAFETY: getppid has no preconditions.
+                            unsafe { libc::getppid() }
+                        });
+                    }
+                });
+                let sum: u64 = rx.iter().sum();
+                let per = rounds as u64 * 50;
+                assert_eq!(sum, 3 * (per * (per - 1) / 2));
+                for h in chan_hogs {
+                    h.join().unwrap();
+                }
+                sys.join().unwrap();
+                assert_eq!(libc_hog.join().unwrap(), rounds * ((1 << 20) - 1));
+                println!("{:?}", goro::stats());
+            })
+        },
+    );
+}
