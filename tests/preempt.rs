@@ -607,25 +607,7 @@ fn pinned_thread_local_windows() {
                     .map(|_| {
                         goro::spawn(move || {
                             for round in 0..rounds {
-                                // SAFETY: gettid has no preconditions.
-                                let tid = unsafe { libc::gettid() };
-                                INSIDE.with(|f| {
-                                    assert!(!f.get(), "another goroutine ran inside the window");
-                                    f.set(true);
-                                });
-                                COUNT.with(|c| {
-                                    let mut b = c.borrow_mut();
-                                    let v = *b;
-                                    let mut x = v;
-                                    for k in 0..200u64 {
-                                        x = std::hint::black_box(x.wrapping_add(k));
-                                    }
-                                    std::hint::black_box(x);
-                                    *b = v + 1;
-                                });
-                                INSIDE.with(|f| f.set(false));
-                                // SAFETY: as above.
-                                assert_eq!(tid, unsafe { libc::gettid() }, "resumed on another thread");
+                                window();
                                 // A cooperative switch point now and then,
                                 // where migrating is allowed.
                                 if round % 1000 == 0 {
@@ -644,6 +626,33 @@ fn pinned_thread_local_windows() {
             })
         },
     );
+}
+
+/// One window of pinned_thread_local_windows. Not inlined: LLVM caches a
+/// thread-local's address within a function, which across the caller's
+/// cooperative switch point (`yield_now`, where migrating is allowed) would
+/// be the previous thread's (the hazard docs/PREEMPTION.md describes).
+#[inline(never)]
+fn window() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    INSIDE.with(|f| {
+        assert!(!f.get(), "another goroutine ran inside the window");
+        f.set(true);
+    });
+    COUNT.with(|c| {
+        let mut b = c.borrow_mut();
+        let v = *b;
+        let mut x = v;
+        for k in 0..200u64 {
+            x = std::hint::black_box(x.wrapping_add(k));
+        }
+        std::hint::black_box(x);
+        *b = v + 1;
+    });
+    INSIDE.with(|f| f.set(false));
+    // SAFETY: as above.
+    assert_eq!(tid, unsafe { libc::gettid() }, "resumed on another thread");
 }
 
 /// A hog holding a `std::sync::Mutex` while preempted does not deadlock
