@@ -35,7 +35,8 @@ BUILDLOG=$TARGET/compare-build.log
 : >"$BUILDLOG"
 
 SYNC_WORKLOADS="mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone"
-ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss $SYNC_WORKLOADS"
+PREEMPT_WORKLOADS="syscall preempt blocking blocking_guarded preempt_overhead"
+ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
 WORKLOADS=${*:-$ALL_WORKLOADS}
 
 notes=()
@@ -86,7 +87,7 @@ if ! (cd "$HERE/go" && GO111MODULE=off GOFLAGS= go build -o "$GO_BIN" main.go) >
 fi
 
 # ------------------------------------------------------------ parameters ---
-procs_for() { case $1 in switch | yield) echo 1 ;; *) echo 2 ;; esac; }
+procs_for() { case $1 in switch | yield | syscall | preempt | blocking | blocking_guarded) echo 1 ;; *) echo 2 ;; esac; }
 
 n_for() { # workload impl -> N
     local w=$1 i=$2 n
@@ -101,6 +102,10 @@ n_for() { # workload impl -> N
         rss) n=100000 ;;
         mutex_uncontended | wg_uncontended) n=50000000 ;;
         mutex | mutex_slack | mutex_work | wg_adddone) n=10000000 ;;
+        syscall) n=2000000 ;;
+        preempt) n=50 ;;           # 10 ms sleeps beside a hog
+        blocking | blocking_guarded) n=10 ;; # 8 goroutines x N x 50 ms
+        preempt_overhead) n=2000000000 ;;  # LCG steps shared by 8 goroutines
     esac
     # Scaled-down N for implementations whose per-op cost is 10-1000x higher,
     # to keep the whole script within ~10 minutes; ns/op stays comparable.
@@ -116,7 +121,9 @@ n_for() { # workload impl -> N
         may/mutex | may/mutex_slack | may/mutex_work) n=2000000 ;; # ~400 ns/op contended
         tokio/mutex | tokio/mutex_slack | tokio/mutex_work) n=2000000 ;;
     esac
-    if [ "$QUICK" = 1 ]; then n=$((n / 10)); fi
+    if [ "$QUICK" = 1 ]; then
+        case $w in preempt | blocking | blocking_guarded) ;; *) n=$((n / 10)) ;; esac
+    fi
     echo "$n"
 }
 
@@ -127,6 +134,8 @@ applicable() { # impl workload
         goro_std/mutex* | goro_pl/mutex*) return 0 ;;
         goro_std/* | goro_pl/*) return 1 ;; # foreign locks: mutex workloads only
         go/wg_* | goro/wg_*) return 0 ;;
+        go/syscall | goro/syscall | go/preempt* | goro/preempt* | go/blocking* | goro/blocking*) return 0 ;;
+        */syscall | */preempt* | */blocking*) return 1 ;; # goro vs Go only
         */wg_*) return 1 ;; # no WaitGroup in may, tokio, std
     esac
     return 0
@@ -265,6 +274,9 @@ for w in $WORKLOADS; do
         spawn | spawn_wait) unit="ns/G" ;;
         yield) unit="ns/yield" ;;
         switch) unit="ns/round trip" ;;
+        syscall) unit="ns/call" ;;
+        preempt) unit="ms worst late" ;;
+        blocking | blocking_guarded | preempt_overhead) unit="ms" ;;
     esac
     g=${MED[$w/goro]:-}
     row="| $w (P=$p) | $unit |"

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -46,6 +47,14 @@ func defaultN(w string) int {
 		return 1000000
 	case "rss":
 		return 100000
+	case "syscall":
+		return 2000000
+	case "preempt":
+		return 50
+	case "blocking", "blocking_guarded":
+		return 10
+	case "preempt_overhead":
+		return 2000000000
 	case "mutex_uncontended", "wg_uncontended":
 		return 50000000
 	case "mutex", "mutex_slack", "mutex_work", "wg_adddone":
@@ -382,6 +391,86 @@ func waitGroupAddDone(n int) (float64, int) {
 	})
 }
 
+// ---- preemption and system calls (issue 7) ----
+
+// syscallGetpid: a short real system call through the runtime's
+// entersyscall/exitsyscall (syscall.Syscall), one P; ns per call.
+func syscallGetpid(n int) float64 {
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		syscall.Syscall(syscall.SYS_GETPID, 0, 0, 0)
+	}
+	return perOp(time.Since(start), n)
+}
+
+// hogLoop spins without function calls until stop is set.
+func hogLoop(stop *int32) uint64 {
+	x := uint64(1)
+	for atomic.LoadInt32(stop) == 0 {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	return x
+}
+
+// preemptLateness: a goroutine sleeping 10 ms n times beside a hog on one
+// P; returns the worst lateness in ms.
+func preemptLateness(n int) float64 {
+	var stop int32
+	done := make(chan uint64)
+	go func() { done <- hogLoop(&stop) }()
+	worst := time.Duration(0)
+	for i := 0; i < n; i++ {
+		t := time.Now()
+		time.Sleep(10 * time.Millisecond)
+		if l := time.Since(t) - 10*time.Millisecond; l > worst {
+			worst = l
+		}
+	}
+	atomic.StoreInt32(&stop, 1)
+	<-done
+	return float64(worst.Microseconds()) / 1e3
+}
+
+// blockingSleeps: 8 goroutines each doing n nanosleeps of 50 ms on one P;
+// returns the wall time in ms (ideal: n*50).
+func blockingSleeps(n int) float64 {
+	var wg sync.WaitGroup
+	start := time.Now()
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ts := syscall.Timespec{Nsec: 50 * 1000 * 1000}
+			for i := 0; i < n; i++ {
+				syscall.Nanosleep(&ts, nil)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(time.Since(start).Microseconds()) / 1e3
+}
+
+// preemptOverhead: 8 CPU-bound goroutines share n LCG steps on the Ps;
+// returns the wall time in ms.
+func preemptOverhead(n int) float64 {
+	var wg sync.WaitGroup
+	var sink uint64
+	start := time.Now()
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			x := seed
+			for i := 0; i < n/8; i++ {
+				x = x*6364136223846793005 + 1442695040888963407
+			}
+			atomic.AddUint64(&sink, x)
+		}(uint64(g))
+	}
+	wg.Wait()
+	return float64(time.Since(start).Microseconds()) / 1e3
+}
+
 func main() {
 	if len(os.Args) < 2 {
 		fmt.Fprintln(os.Stderr, "usage: go-peers <workload> [N]")
@@ -426,6 +515,14 @@ func main() {
 		per, before, after, live := rss(n)
 		fmt.Printf("RESULT rss go %.2f unit=bytes/goroutine rss_before_kb=%d rss_after_kb=%d num_goroutine=%d %s\n",
 			per, before/1024, after/1024, live, tail)
+	case "syscall":
+		fmt.Printf("RESULT syscall go %.2f %s\n", syscallGetpid(n), tail)
+	case "preempt":
+		fmt.Printf("RESULT preempt go %.2f unit=ms_worst_lateness %s\n", preemptLateness(n), tail)
+	case "blocking", "blocking_guarded":
+		fmt.Printf("RESULT %s go %.2f unit=ms %s\n", w, blockingSleeps(n), tail)
+	case "preempt_overhead":
+		fmt.Printf("RESULT preempt_overhead go %.2f unit=ms %s\n", preemptOverhead(n), tail)
 	case "mutex_uncontended", "mutex", "mutex_slack", "mutex_work", "wg_uncontended", "wg_adddone":
 		var ns float64
 		var workers int

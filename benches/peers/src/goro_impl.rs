@@ -22,6 +22,11 @@ pub fn run(w: &Work) -> Res {
         "threadring" => goro::run_with(config(procs), move || threadring(n)),
         "select2" => goro::run_with(config(procs), move || select2(n)),
         "rss" => goro::run_with(config(procs), move || rss(n)),
+        "syscall" => goro::run_with(config(procs), move || syscall_getpid(n)),
+        "preempt" => goro::run_with(config(procs), move || preempt_lateness(n)),
+        "blocking" => goro::run_with(config(procs), move || blocking_sleeps(n, false)),
+        "blocking_guarded" => goro::run_with(config(procs), move || blocking_sleeps(n, true)),
+        "preempt_overhead" => preempt_overhead(n, procs),
         other => match sync_shape(other) {
             Some(shape) => goro::run_with(config(procs), move || {
                 sync_bench::<GoroLock>(n, procs, shape, true)
@@ -343,4 +348,135 @@ fn rss(n: u64) -> Res {
     Ok(rss_out(before, after, n)?
         .with("num_goroutine", live)
         .with("woken_after_close", woke))
+}
+
+// ---- preemption and system calls (issue 7); shapes as in main.go ----
+
+/// A short real system call between enter_syscall and exit_syscall, one P.
+fn syscall_getpid(n: u64) -> Res {
+    let t = Instant::now();
+    for _ in 0..n {
+        let g = goro::enter_syscall();
+        // SAFETY: getpid has no preconditions.
+        unsafe { libc::syscall(libc::SYS_getpid) };
+        goro::exit_syscall(g);
+    }
+    Ok(Out::per_op(t.elapsed(), n))
+}
+
+fn hog_loop(stop: &std::sync::atomic::AtomicBool) -> u64 {
+    let mut x = 1u64;
+    while !stop.load(Relaxed) {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    }
+    x
+}
+
+/// Worst lateness (ms) of a goroutine sleeping 10 ms n times beside a hog.
+fn preempt_lateness(n: u64) -> Res {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hog = {
+        let stop = stop.clone();
+        goro::spawn(move || hog_loop(&stop))
+    };
+    let mut worst = Duration::ZERO;
+    for _ in 0..n {
+        let t = Instant::now();
+        goro::time::sleep(Duration::from_millis(10));
+        worst = worst.max(t.elapsed().saturating_sub(Duration::from_millis(10)));
+    }
+    stop.store(true, SeqCst);
+    hog.join().unwrap();
+    let st = goro::stats();
+    Ok(Out {
+        value: worst.as_secs_f64() * 1e3,
+        extra: Vec::new(),
+    }
+    .with("unit", "ms_worst_lateness")
+    .with("preemptions_async", st.preemptions_async))
+}
+
+/// 8 goroutines × n × 50 ms nanosleep on one P: unguarded (blocking
+/// detection) or inside goro::blocking. Wall time in ms.
+fn blocking_sleeps(n: u64, guarded: bool) -> Res {
+    let t = Instant::now();
+    let hs: Vec<_> = (0..8)
+        .map(|_| {
+            goro::spawn(move || {
+                let ts = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
+                for _ in 0..n {
+                    // SAFETY: a valid timespec; no remainder wanted.
+                    let sleep = || unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                    if guarded {
+                        goro::blocking(sleep);
+                    } else {
+                        sleep();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let st = goro::stats();
+    Ok(Out {
+        value: t.elapsed().as_secs_f64() * 1e3,
+        extra: Vec::new(),
+    }
+    .with("unit", "ms")
+    .with("retakes_detected", st.retakes_detected)
+    .with("handed_off", st.syscalls_handed_off))
+}
+
+fn overhead_work(n: u64) -> f64 {
+    let t = Instant::now();
+    let hs: Vec<_> = (0..8u64)
+        .map(|g| {
+            goro::spawn(move || {
+                let mut x = g;
+                for _ in 0..n / 8 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                }
+                std::hint::black_box(x)
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// 8 CPU-bound goroutines on `procs` Ps, fixed total work: wall time (ms)
+/// with preemption on; preemption off is measured in a child process
+/// (GODEBUG=asyncpreemptoff=1) and reported as off_ms / overhead_pct.
+fn preempt_overhead(n: u64, procs: usize) -> Res {
+    if std::env::var("GORO_PEERS_OVERHEAD_CHILD").is_ok() {
+        let ms = goro::run_with(config(procs), move || overhead_work(n));
+        return Ok(Out { value: ms, extra: Vec::new() });
+    }
+    let on = goro::run_with(config(procs), move || {
+        let ms = overhead_work(n);
+        (ms, goro::stats().preemptions_async)
+    });
+    let off = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["preempt_overhead", "goro", &n.to_string(), &procs.to_string()])
+        .env("GORO_PEERS_OVERHEAD_CHILD", "1")
+        .env("GODEBUG", "asyncpreemptoff=1")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let s = String::from_utf8_lossy(&o.stdout).to_string();
+            s.split_whitespace().nth(3).and_then(|v| v.parse::<f64>().ok())
+        });
+    let mut out = Out { value: on.0, extra: Vec::new() }
+        .with("unit", "ms")
+        .with("preemptions_async", on.1);
+    if let Some(off) = off {
+        out = out
+            .with("off_ms", format!("{off:.1}"))
+            .with("overhead_pct", format!("{:.2}", (on.0 / off - 1.0) * 100.0));
+    }
+    Ok(out)
 }

@@ -37,6 +37,11 @@ pub const WORKLOADS: &[&str] = &[
     "mutex_work",
     "wg_uncontended",
     "wg_adddone",
+    "syscall",
+    "preempt",
+    "blocking",
+    "blocking_guarded",
+    "preempt_overhead",
 ];
 pub const IMPLS: &[&str] = &[
     "goro",
@@ -61,6 +66,10 @@ fn default_n(workload: &str) -> u64 {
         "rss" => 100_000,
         "mutex_uncontended" | "wg_uncontended" => 50_000_000,
         "mutex" | "mutex_slack" | "mutex_work" | "wg_adddone" => 10_000_000,
+        "syscall" => 2_000_000,
+        "preempt" => 50,
+        "blocking" | "blocking_guarded" => 10,
+        "preempt_overhead" => 2_000_000_000,
         _ => 1_000_000,
     }
 }
@@ -68,7 +77,7 @@ fn default_n(workload: &str) -> u64 {
 /// Default number of Ps / workers: 1 for the one-P workloads, 2 otherwise.
 fn default_procs(workload: &str) -> usize {
     match workload {
-        "switch" | "yield" => 1,
+        "switch" | "yield" | "syscall" | "preempt" | "blocking" | "blocking_guarded" => 1,
         _ => 2,
     }
 }
