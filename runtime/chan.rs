@@ -67,6 +67,10 @@ unsafe fn drop_as<T>(p: *mut u8) {
     unsafe { ptr::drop_in_place(p.cast::<T>()) }
 }
 
+/// Largest channel buffer in bytes (Go's maxAlloc on 64-bit Linux,
+/// 2^48): a larger `make(chan T, n)` panics "makechan: size out of range".
+const MAX_CHAN_BYTES: usize = 1 << 48;
+
 /// Outcome of a non-blocking attempt.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(crate) enum Try {
@@ -76,16 +80,29 @@ pub(crate) enum Try {
 }
 
 impl Hchan {
+    /// Panics (Go's makechan does too) if the buffer cannot exist: larger
+    /// than [`MAX_CHAN_BYTES`] or refused by the allocator.
+    #[track_caller]
     fn new<T>(cap: usize) -> Hchan {
-        let layout = Layout::array::<T>(cap)
-            .unwrap_or_else(|_| crate::throw::throw("makechan: size out of range"));
+        let layout = match Layout::array::<T>(cap) {
+            Ok(l) if l.size() <= MAX_CHAN_BYTES => l,
+            _ => panic!(
+                "makechan: size out of range ({cap} elements of {} bytes)",
+                core::mem::size_of::<T>()
+            ),
+        };
         let buf = if layout.size() == 0 {
             ptr::NonNull::<T>::dangling().as_ptr().cast()
         } else {
             // SAFETY: non-zero size layout.
             let p = unsafe { std::alloc::alloc(layout) };
             if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
+                // Not handle_alloc_error: that aborts, and a bad capacity
+                // is the caller's error, which a panic reports.
+                panic!(
+                    "makechan: size out of range (cannot allocate {} bytes)",
+                    layout.size()
+                );
             }
             p
         };
@@ -395,45 +412,91 @@ impl Hchan {
                 wake.push(sg);
             }
         }
-        let mut dropped: Vec<u8> = Vec::new();
-        let mut ndrop = 0;
-        if drop_buffered {
-            // Move the values out under the lock, drop them after it.
-            let n = self.qcount.swap(0, Ordering::Relaxed);
-            dropped = vec![0u8; n * self.elemsize + self.layout.align()];
-            let base = dropped.as_mut_ptr();
-            let base = base.wrapping_add(base.align_offset(self.layout.align().max(1)));
-            for i in 0..n {
-                self.copy(self.slot(st.recvx), base.wrapping_add(i * self.elemsize));
-                st.recvx = (st.recvx + 1) % self.dataqsiz.max(1);
-            }
-            ndrop = n;
-            st.sendx = st.recvx;
-            if self.elemsize == 0 {
-                dropped.clear();
-            }
-        }
+        let drained = if drop_buffered {
+            // SAFETY: lock held.
+            unsafe { self.take_buffered_locked() }
+        } else {
+            Drained::default()
+        };
         // SAFETY: lock held.
         unsafe { self.unlock() };
         for sg in wake {
             // SAFETY: each was dequeued by us.
             unsafe { Sudog::ready(sg) };
         }
-        if ndrop > 0 {
-            let base = dropped.as_mut_ptr();
-            let base = base.wrapping_add(base.align_offset(self.layout.align().max(1)));
-            for i in 0..ndrop {
-                // SAFETY: each holds a moved-out T (ZSTs: dangling is fine).
-                unsafe {
-                    (self.drop_elem)(if self.elemsize == 0 {
-                        self.buf
-                    } else {
-                        base.wrapping_add(i * self.elemsize)
-                    })
-                };
-            }
+        self.drop_drained(drained);
+    }
+
+    /// Drops every buffered value without closing the channel (a timer's
+    /// stop/reset, Go 1.23: no stale value is received afterwards).
+    /// Returns how many were dropped.
+    pub(crate) fn clear_buffer(&self) -> usize {
+        self.lock();
+        // SAFETY: lock held.
+        let drained = unsafe { self.take_buffered_locked() };
+        // SAFETY: lock held.
+        unsafe { self.unlock() };
+        let n = drained.n;
+        self.drop_drained(drained);
+        n
+    }
+
+    /// Whether any Receiver handle is still alive. Acquire pairs with the
+    /// AcqRel decrement in `Receiver::drop`; a racy answer is only used to
+    /// drop timers nobody can observe (the last Receiver never comes back).
+    pub(crate) fn has_receivers(&self) -> bool {
+        self.receivers.load(Ordering::Acquire) != 0
+    }
+
+    /// Moves the buffered values out of the ring (to be dropped after the
+    /// lock is released: a destructor may use channels).
+    ///
+    /// # Safety
+    /// The lock is held.
+    unsafe fn take_buffered_locked(&self) -> Drained {
+        // SAFETY: lock held (caller).
+        let st = unsafe { self.st() };
+        let n = self.qcount.swap(0, Ordering::Relaxed);
+        if n == 0 {
+            return Drained::default();
+        }
+        let align = self.layout.align().max(1);
+        let mut bytes = vec![0u8; n * self.elemsize + align];
+        let base = bytes.as_mut_ptr();
+        let off = base.align_offset(align);
+        for i in 0..n {
+            self.copy(
+                self.slot(st.recvx),
+                base.wrapping_add(off + i * self.elemsize),
+            );
+            st.recvx = (st.recvx + 1) % self.dataqsiz.max(1);
+        }
+        st.sendx = st.recvx;
+        Drained { bytes, off, n }
+    }
+
+    /// Drops values moved out by `take_buffered_locked` (lock not held).
+    fn drop_drained(&self, mut d: Drained) {
+        let base = d.bytes.as_mut_ptr().wrapping_add(d.off);
+        for i in 0..d.n {
+            // SAFETY: each holds a moved-out T (ZSTs: dangling is fine).
+            unsafe {
+                (self.drop_elem)(if self.elemsize == 0 {
+                    self.buf
+                } else {
+                    base.wrapping_add(i * self.elemsize)
+                })
+            };
         }
     }
+}
+
+/// Values moved out of a channel's buffer, awaiting their destructors.
+#[derive(Default)]
+struct Drained {
+    bytes: Vec<u8>,
+    off: usize,
+    n: usize,
 }
 
 impl Drop for Hchan {
@@ -458,7 +521,11 @@ impl Drop for Hchan {
 /// Creates a channel of `T` with `cap` buffer slots (0 = unbuffered
 /// rendezvous). Go's `make(chan T, cap)`. Multi-producer, multi-consumer.
 ///
-/// Panics if `cap * size_of::<T>()` overflows `isize`.
+/// Panics with "makechan: size out of range" (as Go's make does) if the
+/// buffer, `cap * size_of::<T>()` bytes, cannot exist: larger than 2^48
+/// bytes, or refused by the allocator. The panic unwinds (it can be caught
+/// with `catch_unwind`); it never aborts.
+#[track_caller]
 pub fn chan<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
     let c = Arc::new(Hchan::new::<T>(cap));
     (
@@ -468,6 +535,22 @@ pub fn chan<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
         },
         Receiver { c, _t: PhantomData },
     )
+}
+
+/// A channel with a Receiver and no Sender handle: its sender count stays
+/// at one for ever, so it is never closed by senders. The runtime sends on
+/// it through the returned core (timer channels), or nobody does
+/// ([`never`]). Freed when the receivers and the core are gone.
+pub(crate) fn senderless<T>(cap: usize) -> (Arc<Hchan>, Receiver<T>) {
+    let c = Arc::new(Hchan::new::<T>(cap));
+    (c.clone(), Receiver { c, _t: PhantomData })
+}
+
+/// A Receiver that never receives anything and is never closed: a
+/// disabled `select!` case (crossbeam-channel's `never()`; Go's nil
+/// channel in a select). `recv` on it blocks for ever.
+pub fn never<T>() -> Receiver<T> {
+    senderless(0).1
 }
 
 /// The sending half of a channel. Cloneable; the channel closes when the

@@ -66,13 +66,13 @@ pub mod sync;
 pub mod time;
 
 pub use chan::{
-    chan, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
+    chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
     Sender, TryRecvError, TrySendError,
 };
 pub use local::LocalKey;
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;
-pub use stack::{guards_use_madvise, MIN_STACK_SIZE};
+pub use stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
 pub use syscall::{blocking, enter_syscall, exit_syscall, SyscallGuard};
 
 use std::sync::OnceLock;
@@ -153,7 +153,10 @@ impl Config {
         self
     }
 
-    /// Sets the default stack reservation per goroutine (bytes).
+    /// Sets the default stack reservation per goroutine (bytes, guard page
+    /// excluded, rounded up to pages). [`validate`](Config::validate) (and
+    /// so [`start`]) rejects sizes below [`MIN_STACK_SIZE`] or above
+    /// [`MAX_STACK_SIZE`].
     pub fn stack_size(mut self, bytes: usize) -> Config {
         self.stack_size = bytes;
         self
@@ -179,9 +182,9 @@ impl Config {
                 self.stack_size
             )));
         }
-        if self.stack_size > (1usize << 40) {
+        if self.stack_size > MAX_STACK_SIZE {
             return Err(Error::InvalidConfig(format!(
-                "stack_size {} is larger than 1 TiB",
+                "stack_size {} is larger than {MAX_STACK_SIZE} bytes (1 TiB)",
                 self.stack_size
             )));
         }
@@ -382,7 +385,17 @@ pub fn stats() -> Stats {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::select::{__select, RecvSlot, Scase, SendSlot};
+    pub use crate::select::{__select, __select_timeout, RecvSlot, Scase, SendSlot};
+    pub use crate::stack::guards_use_madvise;
+
+    /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
+    /// collection of unobservable timers. Racy snapshot.
+    pub fn timers_pending() -> usize {
+        crate::ensure_started();
+        (0..crate::sched::gomaxprocs())
+            .map(|i| crate::sched::allp(i).timers.len())
+            .sum()
+    }
 }
 
 /// Microbenchmark hooks (not public API).

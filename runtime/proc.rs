@@ -45,12 +45,14 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 ) -> std::io::Result<u64> {
     crate::ensure_started();
     park::preempt_check();
-    // SAFETY: getp's P is held by this M and stays so while we run on it.
-    let p = unsafe { crate::m::getp().as_ref() };
+    // An impossible size is the caller's error: reject it before taking a
+    // G or mapping anything.
     let want = match stack_size {
-        Some(s) => stack::round_size(s),
+        Some(s) => stack::try_round_size(s)?,
         None => SCHED.stack_size.load(Ordering::Relaxed),
     };
+    // SAFETY: getp's P is held by this M and stays so while we run on it.
+    let p = unsafe { crate::m::getp().as_ref() };
     let mut gp = match p {
         Some(p) => sched::gfget(p),
         None => sched::gfget_global(),
@@ -72,10 +74,13 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
             match stack::alloc(want) {
                 Ok(s) => s,
                 Err(e) => {
-                    // Keep the G for reuse; report the exhaustion.
-                    match p {
-                        Some(p) => sched::gfput(p, gp),
-                        None => crate::throw::throw("newproc: stack allocation failed"),
+                    // Keep the G for reuse; report the exhaustion. From a
+                    // plain thread there is no P free list to return it
+                    // to: the dead, stackless G is left unlisted (Gs are
+                    // never freed anyway; one per failed spawn, an error
+                    // path).
+                    if let Some(p) = p {
+                        sched::gfput(p, gp);
                     }
                     return Err(std::io::Error::new(
                         e.kind(),
@@ -309,12 +314,18 @@ impl Builder {
 
     /// Stack reservation in bytes (rounded up to pages, at least 64 KiB;
     /// guard page not included). Pages are committed only when touched.
+    /// A size above [`crate::MAX_STACK_SIZE`] (1 TiB) makes
+    /// [`spawn`](Builder::spawn) return an `InvalidInput` error; a size the
+    /// OS cannot map makes it return the OS error. Go's maximum goroutine
+    /// stack, 1 GiB, works.
     pub fn stack_size(mut self, bytes: usize) -> Builder {
         self.stack_size = Some(bytes);
         self
     }
 
-    /// Spawns the goroutine. Errors: its stack could not be mapped.
+    /// Spawns the goroutine (Go's `go` statement), from a goroutine or a
+    /// plain thread. Errors: an impossible stack size (`InvalidInput`), or
+    /// its stack could not be mapped (the OS error); nothing is spawned then.
     pub fn spawn<F, T>(self, f: F) -> std::io::Result<JoinHandle<T>>
     where
         F: FnOnce() -> T + Send + 'static,

@@ -333,8 +333,13 @@ impl<'a, T> RecvSlot<'a, T> {
         Scase::recv(&self.rx.c, self.val.as_mut_ptr().cast())
     }
     /// The case's result once selected.
+    ///
+    /// # Safety
+    /// Call at most once, only for the case that `__select` chose, with
+    /// the `ok` it reported: with `ok == true` the value is read out of the
+    /// slot, which is uninitialised unless the receive happened.
     #[doc(hidden)]
-    pub fn finish(&mut self, ok: bool) -> Result<T, RecvError> {
+    pub unsafe fn finish(&mut self, ok: bool) -> Result<T, RecvError> {
         if ok {
             // SAFETY: a selected recv with ok wrote a T into val.
             Ok(unsafe { self.val.assume_init_read() })
@@ -365,8 +370,14 @@ impl<'a, T> SendSlot<'a, T> {
     pub fn case(&mut self) -> Scase {
         Scase::send(&self.tx.c, self.val.as_mut_ptr().cast())
     }
+    /// The case's result once selected.
+    ///
+    /// # Safety
+    /// Call only for the case that `__select` chose, with the `ok` it
+    /// reported: with `ok == false` the value is read back out of the slot,
+    /// which a completed send has moved out.
     #[doc(hidden)]
-    pub fn finish(&mut self, ok: bool) -> Result<(), SendError<T>> {
+    pub unsafe fn finish(&mut self, ok: bool) -> Result<(), SendError<T>> {
         self.live = false;
         if ok {
             Ok(())
@@ -395,6 +406,18 @@ pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
     }
 }
 
+/// Like [`__select`] with a timeout (`default(timeout)`): `usize::MAX` if
+/// no case proceeds within `timeout`. A case ready at once arms no timer;
+/// a parked select arms one timeout entry, which goes stale (inert, and
+/// dropped by the heap's bulk purge) when a case wins first.
+#[doc(hidden)]
+pub fn __select_timeout(cases: &mut [Scase], timeout: std::time::Duration) -> (usize, bool) {
+    match selectgo(cases, true, crate::time::deadline_after(timeout)) {
+        Selected::Case(i, ok) => (i, ok),
+        _ => (usize::MAX, false),
+    }
+}
+
 /// Waits on several channel operations at once; Go's `select`.
 ///
 /// ```
@@ -407,8 +430,14 @@ pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
 /// assert_eq!(v, 7);
 /// ```
 ///
-/// Cases: `recv(rx) -> res => body`, `send(tx, value) -> res => body`,
-/// and an optional `default => body`. `res` is `Result<T, RecvError>` or
+/// Syntax as crossbeam-channel's `select!` (see docs/SELECT.md for the
+/// remaining differences). Cases: `recv(rx) -> res => body`,
+/// `send(tx, value) -> res => body`, and at most one of `default => body`
+/// (do not block) or `default(timeout) => body` (block at most `timeout`, a
+/// `Duration`; runs the body if no case proceeded by then). Arms are
+/// separated by commas; an arm whose body is a block needs none.
+/// [`never()`](crate::never) gives a case that is never ready (a disabled
+/// case, Go's nil channel). `res` is `Result<T, RecvError>` or
 /// `Result<(), SendError<T>>`. Channels are taken by reference; send values
 /// are evaluated up front (as in Go) and dropped if their case is not chosen.
 /// When several cases are ready one is chosen uniformly at random. Without
@@ -425,28 +454,49 @@ macro_rules! select {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_parse {
-    // recv case, body is a block (comma optional)
-    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    // A comma between arms (optional after a block body, as in crossbeam).
+    (@cases ($($c:tt)*) @default ($($d:tt)*) , $($rest:tt)*) => {
+        $crate::__select_parse!(@cases ($($c)*) @default ($($d)*) $($rest)*)
+    };
+    // recv case, body is a block: no comma needed before the next arm
+    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($rest)*)
     };
     (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
         $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
     };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($rest)*)
     };
     (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
         $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
     };
-    (@cases ($($c:tt)*) @default () default => $body:block $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)*) @default (($body)) $($($rest)*)?)
+    // default(timeout): crossbeam's form; runs if nothing is ready in time.
+    (@cases ($($c:tt)*) @default () default($t:expr) => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@cases ($($c)*) @default ((timeout $t) ($body)) $($rest)*)
+    };
+    (@cases ($($c:tt)*) @default () default($t:expr) => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@cases ($($c)*) @default ((timeout $t) ($body)) $($($rest)*)?)
+    };
+    (@cases ($($c:tt)*) @default () default => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@cases ($($c)*) @default ((now) ($body)) $($rest)*)
     };
     (@cases ($($c:tt)*) @default () default => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)*) @default (($body)) $($($rest)*)?)
+        $crate::__select_parse!(@cases ($($c)*) @default ((now) ($body)) $($($rest)*)?)
+    };
+    (@cases ($($c:tt)*) @default ($($d:tt)+) default $($rest:tt)*) => {
+        compile_error!("select!: more than one `default` arm")
     };
     // done: bind slots with generated names via the index muncher
     (@cases ($($c:tt)*) @default ($($d:tt)*)) => {
         $crate::__select_build!(@slots () @n (0usize) @default ($($d)*) $($c)*)
+    };
+    (@cases ($($c:tt)*) @default ($($d:tt)*) $($rest:tt)+) => {
+        compile_error!(concat!(
+            "select!: expected `recv(rx) -> res => body`, `send(tx, v) -> res => body`, ",
+            "`default => body` or `default(timeout) => body`, found: ",
+            stringify!($($rest)+)
+        ))
     };
 }
 
@@ -508,8 +558,13 @@ macro_rules! __select_slots {
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], false);
         $crate::__select_dispatch!(__idx __ok () $([$slot ($i) ($res) ($body)])*)
     }};
-    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) (($dbody:expr))) => {{
+    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) ((now) ($dbody:expr))) => {{
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], true);
+        $crate::__select_dispatch!(__idx __ok (($dbody)) $([$slot ($i) ($res) ($body)])*)
+    }};
+    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) ((timeout $t:expr) ($dbody:expr))) => {{
+        let __timeout: ::core::time::Duration = $t;
+        let (__idx, __ok) = $crate::__private::__select_timeout(&mut [$($slot.case()),*], __timeout);
         $crate::__select_dispatch!(__idx __ok (($dbody)) $([$slot ($i) ($res) ($body)])*)
     }};
 }
@@ -519,7 +574,9 @@ macro_rules! __select_slots {
 macro_rules! __select_dispatch {
     ($idx:ident $ok:ident ($($d:tt)*) [$slot:ident ($i:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
         if $idx == $i {
-            let $res = $slot.finish($ok);
+            // SAFETY: `$i` is the case `__select` chose, reported with its
+            // `ok`, and this is the only `finish` call on the slot.
+            let $res = unsafe { $slot.finish($ok) };
             $body
         } else {
             $crate::__select_dispatch!($idx $ok ($($d)*) $($rest)*)
