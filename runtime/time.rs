@@ -147,6 +147,37 @@ impl Timer {
     }
 }
 
+impl Timer {
+    /// Test hook (not public API): observes whether the timer's state has
+    /// been released.
+    #[doc(hidden)]
+    pub fn __watch(&self) -> TimerWatch {
+        TimerWatch(Arc::downgrade(&self.core))
+    }
+}
+
+impl Ticker {
+    /// Test hook (not public API): observes whether the ticker's state has
+    /// been released (it stopped and nothing refers to it).
+    #[doc(hidden)]
+    pub fn __watch(&self) -> TimerWatch {
+        TimerWatch(Arc::downgrade(&self.core))
+    }
+}
+
+/// Test hook (not public API): a weak reference to a timer's state.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct TimerWatch(std::sync::Weak<TimerCore>);
+
+impl TimerWatch {
+    /// Whether the timer's state has been freed: no handle and no heap
+    /// entry refer to it any more.
+    pub fn is_released(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
 impl std::fmt::Debug for Timer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Timer").finish_non_exhaustive()
