@@ -447,51 +447,77 @@ pub fn __select_timeout(cases: &mut [Scase], timeout: std::time::Duration) -> (u
 #[macro_export]
 macro_rules! select {
     ($($tt:tt)*) => {
-        $crate::__select_parse!(@cases () @default () $($tt)*)
+        $crate::__select_parse!(@slots () @n (0usize) @default () $($tt)*)
     };
 }
 
+/// The `select!` muncher. One recursion per arm (so a 64-case select stays
+/// within the default `recursion_limit` of 128): each arm binds its
+/// channel reference and typed slot to a fresh hygienic `__slot` (in source
+/// order, as Go evaluates operands) and appends `[slot (index) (pattern)
+/// (body)]` to the accumulator; the last step runs the select and
+/// dispatches with one `match`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_parse {
     // A comma between arms (optional after a block body, as in crossbeam).
-    (@cases ($($c:tt)*) @default ($($d:tt)*) , $($rest:tt)*) => {
-        $crate::__select_parse!(@cases ($($c)*) @default ($($d)*) $($rest)*)
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) , $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) $($rest)*)
     };
     // recv case, body is a block: no comma needed before the next arm
-    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {
-        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($rest)*)
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block , $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) recv($rx) -> $res => ($body) , $($rest)*)
     };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) recv($rx) -> $res => ($body) , $($rest)*)
     };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {
-        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($rest)*)
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
+        let __rx = &$rx;
+        let mut __slot = $crate::__private::RecvSlot::new(__rx);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block , $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) send($tx, $val) -> $res => ($body) , $($rest)*)
     };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) send($tx, $val) -> $res => ($body) , $($rest)*)
     };
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
+        let __tx = &$tx;
+        let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
+    }};
     // default(timeout): crossbeam's form; runs if nothing is ready in time.
-    (@cases ($($c:tt)*) @default () default($t:expr) => $body:block $($rest:tt)*) => {
-        $crate::__select_parse!(@cases ($($c)*) @default ((timeout $t) ($body)) $($rest)*)
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr) => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((timeout $t) ($body)) $($rest)*)
     };
-    (@cases ($($c:tt)*) @default () default($t:expr) => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)*) @default ((timeout $t) ($body)) $($($rest)*)?)
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr) => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((timeout $t) ($body)) $($($rest)*)?)
     };
-    (@cases ($($c:tt)*) @default () default => $body:block $($rest:tt)*) => {
-        $crate::__select_parse!(@cases ($($c)*) @default ((now) ($body)) $($rest)*)
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((now) ($body)) $($rest)*)
     };
-    (@cases ($($c:tt)*) @default () default => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)*) @default ((now) ($body)) $($($rest)*)?)
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((now) ($body)) $($($rest)*)?)
     };
-    (@cases ($($c:tt)*) @default ($($d:tt)+) default $($rest:tt)*) => {
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)+) default $($rest:tt)*) => {
         compile_error!("select!: more than one `default` arm")
     };
-    // done: bind slots with generated names via the index muncher
-    (@cases ($($c:tt)*) @default ($($d:tt)*)) => {
-        $crate::__select_build!(@slots () @n (0usize) @default ($($d)*) $($c)*)
-    };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) $($rest:tt)+) => {
+    // Done: run the select and dispatch.
+    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ()) => {{
+        let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], false);
+        $crate::__select_dispatch!(__idx __ok (unreachable!("select: no case chosen")) $([$slot ($i) ($res) ($body)])*)
+    }};
+    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((now) ($dbody:expr))) => {{
+        let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], true);
+        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot ($i) ($res) ($body)])*)
+    }};
+    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((timeout $t:expr) ($dbody:expr))) => {{
+        let __timeout: ::core::time::Duration = $t;
+        let (__idx, __ok) = $crate::__private::__select_timeout(&mut [$($slot.case()),*], __timeout);
+        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot ($i) ($res) ($body)])*)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) $($rest:tt)+) => {
         compile_error!(concat!(
             "select!: expected `recv(rx) -> res => body`, `send(tx, v) -> res => body`, ",
             "`default => body` or `default(timeout) => body`, found: ",
@@ -500,92 +526,22 @@ macro_rules! __select_parse {
     };
 }
 
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_build {
-    // Turn each case into (slot ident, constructor, result pattern, body).
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) [recv ($rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_build!(@slots ($($s)* [($n) (recv $rx) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
-    };
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) [send ($tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_build!(@slots ($($s)* [($n) (send $tx, $val) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
-    };
-    (@slots ($([($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ($($d:tt)*)) => {
-        $crate::__select_emit!(@acc () @default ($($d)*) $([($i) ($($op)*) ($res) ($body)])*)
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_emit {
-    // Accumulate one hygienic slot identifier per case.
-    (@acc ($($a:tt)*) @default ($($d:tt)*) [($i:expr) (recv $rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_emit!(@acc ($($a)* [slot ($i) (recv $rx) ($res) ($body)]) @default ($($d)*) $($rest)*)
-    };
-    (@acc ($($a:tt)*) @default ($($d:tt)*) [($i:expr) (send $tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_emit!(@acc ($($a)* [slot ($i) (send $tx, $val) ($res) ($body)]) @default ($($d)*) $($rest)*)
-    };
-    (@acc ($([$slot:ident ($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) @default ($($d:tt)*)) => {
-        $crate::__select_final!(($($d)*) $([$slot ($i) ($($op)*) ($res) ($body)])*)
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_final {
-    (($($d:tt)*) $([$slot:ident ($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) => {{
-        $crate::__select_slots!(
-            @bind () ($($d)*) $([($i) ($($op)*) ($res) ($body)])*
-        )
-    }};
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_slots {
-    // Bind each slot to a fresh hygienic name (`__slot` per recursion level).
-    (@bind ($($b:tt)*) ($($d:tt)*) [($i:expr) (recv $rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {{
-        let __rx = &$rx;
-        let mut __slot = $crate::__private::RecvSlot::new(__rx);
-        $crate::__select_slots!(@bind ($($b)* [__slot ($i) ($res) ($body)]) ($($d)*) $($rest)*)
-    }};
-    (@bind ($($b:tt)*) ($($d:tt)*) [($i:expr) (send $tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {{
-        let __tx = &$tx;
-        let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
-        $crate::__select_slots!(@bind ($($b)* [__slot ($i) ($res) ($body)]) ($($d)*) $($rest)*)
-    }};
-    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) ()) => {{
-        let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], false);
-        $crate::__select_dispatch!(__idx __ok () $([$slot ($i) ($res) ($body)])*)
-    }};
-    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) ((now) ($dbody:expr))) => {{
-        let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], true);
-        $crate::__select_dispatch!(__idx __ok (($dbody)) $([$slot ($i) ($res) ($body)])*)
-    }};
-    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) ((timeout $t:expr) ($dbody:expr))) => {{
-        let __timeout: ::core::time::Duration = $t;
-        let (__idx, __ok) = $crate::__private::__select_timeout(&mut [$($slot.case()),*], __timeout);
-        $crate::__select_dispatch!(__idx __ok (($dbody)) $([$slot ($i) ($res) ($body)])*)
-    }};
-}
-
+/// Runs the chosen arm's body (or the default body for `usize::MAX`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_dispatch {
-    ($idx:ident $ok:ident ($($d:tt)*) [$slot:ident ($i:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        if $idx == $i {
-            // SAFETY: `$i` is the case `__select` chose, reported with its
-            // `ok`, and this is the only `finish` call on the slot.
-            let $res = unsafe { $slot.finish($ok) };
-            $body
-        } else {
-            $crate::__select_dispatch!($idx $ok ($($d)*) $($rest)*)
+    ($idx:ident $ok:ident ($dbody:expr) $([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) => {
+        match $idx {
+            $(
+                __i if __i == $i => {
+                    // SAFETY: `$i` is the case `__select` chose, reported
+                    // with its `ok`, and this is the only `finish` call on
+                    // the slot.
+                    let $res = unsafe { $slot.finish($ok) };
+                    $body
+                }
+            )*
+            _ => $dbody,
         }
-    };
-    ($idx:ident $ok:ident (($dbody:expr))) => {
-        $dbody
-    };
-    ($idx:ident $ok:ident ()) => {
-        unreachable!("select: no case chosen")
     };
 }
