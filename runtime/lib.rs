@@ -385,7 +385,7 @@ pub fn stats() -> Stats {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::select::{__select, __select_timeout, RecvSlot, Scase, SendSlot};
+    pub use crate::select::{__select, __select_none, __select_timeout, RecvSlot, Scase, SendSlot};
     pub use crate::stack::guards_use_madvise;
 
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the

@@ -406,6 +406,14 @@ pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
     }
 }
 
+/// The impossible "no case chosen" of a select without default (a
+/// function, not `unreachable!`, to keep macro recursion shallow).
+#[doc(hidden)]
+#[cold]
+pub fn __select_none() -> ! {
+    crate::throw::throw("select: no case chosen")
+}
+
 /// Like [`__select`] with a timeout (`default(timeout)`): `usize::MAX` if
 /// no case proceeds within `timeout`. A case ready at once arms no timer;
 /// a parked select arms one timeout entry, which goes stale (inert, and
@@ -465,23 +473,31 @@ macro_rules! __select_parse {
         $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) $($rest)*)
     };
     // recv case, body is a block: no comma needed before the next arm
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block , $($rest:tt)*) => {
-        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) recv($rx) -> $res => ($body) , $($rest)*)
-    };
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {
-        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) recv($rx) -> $res => ($body) , $($rest)*)
-    };
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
+        let __rx = &$rx;
+        let mut __slot = $crate::__private::RecvSlot::new(__rx);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
+        let __rx = &$rx;
+        let mut __slot = $crate::__private::RecvSlot::new(__rx);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
         $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
     }};
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block , $($rest:tt)*) => {
-        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) send($tx, $val) -> $res => ($body) , $($rest)*)
-    };
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {
-        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) send($tx, $val) -> $res => ($body) , $($rest)*)
-    };
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
+        let __tx = &$tx;
+        let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
+        let __tx = &$tx;
+        let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
@@ -506,7 +522,7 @@ macro_rules! __select_parse {
     // Done: run the select and dispatch.
     (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ()) => {{
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], false);
-        $crate::__select_dispatch!(__idx __ok (unreachable!("select: no case chosen")) $([$slot ($i) ($res) ($body)])*)
+        $crate::__select_dispatch!(__idx __ok ($crate::__private::__select_none()) $([$slot ($i) ($res) ($body)])*)
     }};
     (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((now) ($dbody:expr))) => {{
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], true);

@@ -1030,3 +1030,134 @@ fn select_many_cases_parked() {
         }
     });
 }
+
+/// 120 block arms without commas compile with the default recursion limit
+/// (the limit docs/SELECT.md states), and one of them is chosen.
+#[test]
+fn select_120_commaless_arms() {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..120).map(|_| chan::<u64>(1)).unzip();
+    txs[119].send(5).unwrap();
+    let (i, v) = goro::select! {
+        recv(rxs[0]) -> v => { (0usize, v) }
+        recv(rxs[1]) -> v => { (1usize, v) }
+        recv(rxs[2]) -> v => { (2usize, v) }
+        recv(rxs[3]) -> v => { (3usize, v) }
+        recv(rxs[4]) -> v => { (4usize, v) }
+        recv(rxs[5]) -> v => { (5usize, v) }
+        recv(rxs[6]) -> v => { (6usize, v) }
+        recv(rxs[7]) -> v => { (7usize, v) }
+        recv(rxs[8]) -> v => { (8usize, v) }
+        recv(rxs[9]) -> v => { (9usize, v) }
+        recv(rxs[10]) -> v => { (10usize, v) }
+        recv(rxs[11]) -> v => { (11usize, v) }
+        recv(rxs[12]) -> v => { (12usize, v) }
+        recv(rxs[13]) -> v => { (13usize, v) }
+        recv(rxs[14]) -> v => { (14usize, v) }
+        recv(rxs[15]) -> v => { (15usize, v) }
+        recv(rxs[16]) -> v => { (16usize, v) }
+        recv(rxs[17]) -> v => { (17usize, v) }
+        recv(rxs[18]) -> v => { (18usize, v) }
+        recv(rxs[19]) -> v => { (19usize, v) }
+        recv(rxs[20]) -> v => { (20usize, v) }
+        recv(rxs[21]) -> v => { (21usize, v) }
+        recv(rxs[22]) -> v => { (22usize, v) }
+        recv(rxs[23]) -> v => { (23usize, v) }
+        recv(rxs[24]) -> v => { (24usize, v) }
+        recv(rxs[25]) -> v => { (25usize, v) }
+        recv(rxs[26]) -> v => { (26usize, v) }
+        recv(rxs[27]) -> v => { (27usize, v) }
+        recv(rxs[28]) -> v => { (28usize, v) }
+        recv(rxs[29]) -> v => { (29usize, v) }
+        recv(rxs[30]) -> v => { (30usize, v) }
+        recv(rxs[31]) -> v => { (31usize, v) }
+        recv(rxs[32]) -> v => { (32usize, v) }
+        recv(rxs[33]) -> v => { (33usize, v) }
+        recv(rxs[34]) -> v => { (34usize, v) }
+        recv(rxs[35]) -> v => { (35usize, v) }
+        recv(rxs[36]) -> v => { (36usize, v) }
+        recv(rxs[37]) -> v => { (37usize, v) }
+        recv(rxs[38]) -> v => { (38usize, v) }
+        recv(rxs[39]) -> v => { (39usize, v) }
+        recv(rxs[40]) -> v => { (40usize, v) }
+        recv(rxs[41]) -> v => { (41usize, v) }
+        recv(rxs[42]) -> v => { (42usize, v) }
+        recv(rxs[43]) -> v => { (43usize, v) }
+        recv(rxs[44]) -> v => { (44usize, v) }
+        recv(rxs[45]) -> v => { (45usize, v) }
+        recv(rxs[46]) -> v => { (46usize, v) }
+        recv(rxs[47]) -> v => { (47usize, v) }
+        recv(rxs[48]) -> v => { (48usize, v) }
+        recv(rxs[49]) -> v => { (49usize, v) }
+        recv(rxs[50]) -> v => { (50usize, v) }
+        recv(rxs[51]) -> v => { (51usize, v) }
+        recv(rxs[52]) -> v => { (52usize, v) }
+        recv(rxs[53]) -> v => { (53usize, v) }
+        recv(rxs[54]) -> v => { (54usize, v) }
+        recv(rxs[55]) -> v => { (55usize, v) }
+        recv(rxs[56]) -> v => { (56usize, v) }
+        recv(rxs[57]) -> v => { (57usize, v) }
+        recv(rxs[58]) -> v => { (58usize, v) }
+        recv(rxs[59]) -> v => { (59usize, v) }
+        recv(rxs[60]) -> v => { (60usize, v) }
+        recv(rxs[61]) -> v => { (61usize, v) }
+        recv(rxs[62]) -> v => { (62usize, v) }
+        recv(rxs[63]) -> v => { (63usize, v) }
+        recv(rxs[64]) -> v => { (64usize, v) }
+        recv(rxs[65]) -> v => { (65usize, v) }
+        recv(rxs[66]) -> v => { (66usize, v) }
+        recv(rxs[67]) -> v => { (67usize, v) }
+        recv(rxs[68]) -> v => { (68usize, v) }
+        recv(rxs[69]) -> v => { (69usize, v) }
+        recv(rxs[70]) -> v => { (70usize, v) }
+        recv(rxs[71]) -> v => { (71usize, v) }
+        recv(rxs[72]) -> v => { (72usize, v) }
+        recv(rxs[73]) -> v => { (73usize, v) }
+        recv(rxs[74]) -> v => { (74usize, v) }
+        recv(rxs[75]) -> v => { (75usize, v) }
+        recv(rxs[76]) -> v => { (76usize, v) }
+        recv(rxs[77]) -> v => { (77usize, v) }
+        recv(rxs[78]) -> v => { (78usize, v) }
+        recv(rxs[79]) -> v => { (79usize, v) }
+        recv(rxs[80]) -> v => { (80usize, v) }
+        recv(rxs[81]) -> v => { (81usize, v) }
+        recv(rxs[82]) -> v => { (82usize, v) }
+        recv(rxs[83]) -> v => { (83usize, v) }
+        recv(rxs[84]) -> v => { (84usize, v) }
+        recv(rxs[85]) -> v => { (85usize, v) }
+        recv(rxs[86]) -> v => { (86usize, v) }
+        recv(rxs[87]) -> v => { (87usize, v) }
+        recv(rxs[88]) -> v => { (88usize, v) }
+        recv(rxs[89]) -> v => { (89usize, v) }
+        recv(rxs[90]) -> v => { (90usize, v) }
+        recv(rxs[91]) -> v => { (91usize, v) }
+        recv(rxs[92]) -> v => { (92usize, v) }
+        recv(rxs[93]) -> v => { (93usize, v) }
+        recv(rxs[94]) -> v => { (94usize, v) }
+        recv(rxs[95]) -> v => { (95usize, v) }
+        recv(rxs[96]) -> v => { (96usize, v) }
+        recv(rxs[97]) -> v => { (97usize, v) }
+        recv(rxs[98]) -> v => { (98usize, v) }
+        recv(rxs[99]) -> v => { (99usize, v) }
+        recv(rxs[100]) -> v => { (100usize, v) }
+        recv(rxs[101]) -> v => { (101usize, v) }
+        recv(rxs[102]) -> v => { (102usize, v) }
+        recv(rxs[103]) -> v => { (103usize, v) }
+        recv(rxs[104]) -> v => { (104usize, v) }
+        recv(rxs[105]) -> v => { (105usize, v) }
+        recv(rxs[106]) -> v => { (106usize, v) }
+        recv(rxs[107]) -> v => { (107usize, v) }
+        recv(rxs[108]) -> v => { (108usize, v) }
+        recv(rxs[109]) -> v => { (109usize, v) }
+        recv(rxs[110]) -> v => { (110usize, v) }
+        recv(rxs[111]) -> v => { (111usize, v) }
+        recv(rxs[112]) -> v => { (112usize, v) }
+        recv(rxs[113]) -> v => { (113usize, v) }
+        recv(rxs[114]) -> v => { (114usize, v) }
+        recv(rxs[115]) -> v => { (115usize, v) }
+        recv(rxs[116]) -> v => { (116usize, v) }
+        recv(rxs[117]) -> v => { (117usize, v) }
+        recv(rxs[118]) -> v => { (118usize, v) }
+        recv(rxs[119]) -> v => { (119usize, v) }
+    };
+    assert_eq!((i, v), (119, Ok(5)));
+}
