@@ -257,17 +257,33 @@ fn start_default() {
     }
 }
 
+/// Stack reservation of the goroutine [`run`] starts: like Rust's main
+/// thread (8 MiB, committed lazily), so code moved from `fn main` into
+/// `goro::run` keeps its stack depth.
+pub const RUN_STACK_SIZE: usize = 8 << 20;
+
 /// Runs `f` as a goroutine on the process-wide runtime (starting it from
 /// the environment if needed) and blocks the calling OS thread until it
 /// returns; returns its value. A panic in `f` is resumed on the caller.
 /// May be called repeatedly and from several threads at once.
+///
+/// `f`'s goroutine gets a stack like Rust's main thread:
+/// [`RUN_STACK_SIZE`] (8 MiB) reserved, or the configured default if
+/// larger; pages are committed only when touched.
+///
+/// Panics if that stack cannot be mapped (address space exhausted).
 pub fn run<F, T>(f: F) -> T
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
     ensure_started();
-    match spawn(f).join() {
+    let size = RUN_STACK_SIZE.max(sched::SCHED.stack_size.load(std::sync::atomic::Ordering::Relaxed));
+    let h = match proc::spawn_with(f, Some(size), None) {
+        Ok(h) => h,
+        Err(e) => panic!("goro::run: {e}"),
+    };
+    match h.join() {
         Ok(v) => v,
         Err(p) => std::panic::resume_unwind(p),
     }

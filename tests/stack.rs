@@ -175,6 +175,13 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
         "reserved {kib} KiB, expected {min_kib}..={max_kib}; stderr:\n{stderr}"
     );
     assert!(
+        stderr.contains(&format!(
+            "goroutine {id} has overflowed its stack (reserved {kib} KiB); raise it with \
+             goro::Builder::stack_size or goro::Config::stack_size"
+        )),
+        "the report does not say how to reserve more; stderr:\n{stderr}"
+    );
+    assert!(
         !stderr.contains("fatal runtime error: stack overflow"),
         "std's handler, not goro's, caught the overflow; stderr:\n{stderr}"
     );
@@ -187,11 +194,23 @@ fn overflow_in_spawned_goroutine_aborts_with_message() {
     check_overflow_child("spawned", 256, 256 + 16);
 }
 
-/// Infinite recursion in the goroutine of goro::run (default stack, at least
-/// 256 KiB per the contract).
+/// Infinite recursion in the goroutine of goro::run (a main-thread-like
+/// 8 MiB stack).
 #[test]
 fn overflow_in_run_goroutine_aborts_with_message() {
-    check_overflow_child("run", 256, 1 << 30);
+    check_overflow_child("run", 8 * 1024, 8 * 1024 + 16);
+}
+
+/// The named goroutine's report names it.
+#[test]
+fn overflow_report_names_the_goroutine() {
+    let out = run_child("spawned");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = child_goroutine_id(&stderr);
+    assert!(
+        stderr.contains(&format!("goroutine {id} is named \"overflower\"")),
+        "no name in the overflow report; stderr:\n{stderr}"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -309,5 +328,95 @@ fn panic_unwinds_through_deep_goroutine_stack() {
         let err = h.join().unwrap_err();
         assert_eq!(err.downcast_ref::<&str>().copied(), Some("bottom reached"));
         assert_eq!(drops.load(SeqCst), 501);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Stack sizes: main-thread-like run stack, impossible sizes, 1 GiB.
+
+/// The goroutine goro::run starts has a stack like Rust's main thread
+/// (8 MiB): 4 MiB of frames fit (they would overflow the 256 KiB default).
+#[test]
+fn run_goroutine_has_main_thread_stack() {
+    let frames = goro::run(|| {
+        let top = stack_pos();
+        use_stack(top, 4 * 1024 * KIB, 0x77, &|| {})
+    });
+    assert!(frames > 4000, "only {frames} frames");
+}
+
+/// Sizes no stack can have: above the 1 TiB maximum, or overflowing when
+/// rounded to pages or when the guard page is added.
+fn impossible_sizes() -> Vec<usize> {
+    vec![
+        usize::MAX,
+        1 << 56,
+        usize::MAX - 4095,
+        usize::MAX - 65535,
+        usize::MAX / 256 + 1,
+        goro::MAX_STACK_SIZE + 1,
+    ]
+}
+
+fn check_impossible_sizes(from: &str) {
+    for size in impossible_sizes() {
+        match goro::Builder::new().stack_size(size).spawn(|| 1) {
+            Ok(h) => panic!(
+                "{from}: stack_size({size:#x}) spawned goroutine {} instead of failing",
+                h.id()
+            ),
+            Err(e) => assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::InvalidInput,
+                "{from}: stack_size({size:#x}): {e}"
+            ),
+        }
+    }
+    // The runtime is still usable afterwards.
+    let h = goro::Builder::new().stack_size(64 * KIB).spawn(|| 2).unwrap();
+    assert_eq!(h.join().unwrap(), 2);
+}
+
+/// An impossible Builder::stack_size is an Err from spawn (never an abort,
+/// a SIGSEGV or a zero-sized stack), from a goroutine, from a plain thread
+/// and from the test thread.
+#[test]
+fn impossible_stack_size_is_an_error() {
+    run(|| check_impossible_sizes("goroutine"));
+    std::thread::spawn(|| check_impossible_sizes("plain thread"))
+        .join()
+        .unwrap();
+    check_impossible_sizes("test thread");
+}
+
+/// Config::stack_size: validate (and start) reject impossible sizes.
+#[test]
+fn impossible_config_stack_size_is_an_error() {
+    for size in impossible_sizes() {
+        let c = goro::Config::default().stack_size(size);
+        assert!(c.validate().is_err(), "Config::stack_size({size:#x}) validated");
+        assert!(
+            matches!(goro::start(c), Err(goro::Error::InvalidConfig(_))),
+            "start accepted stack_size({size:#x})"
+        );
+    }
+    assert!(goro::Config::default().stack_size(1 << 30).validate().is_ok());
+}
+
+/// A 1 GiB reservation (Go's maximum goroutine stack) works, twice (the
+/// second may reuse the first's stack), and 2 MiB of it can be used.
+#[test]
+fn one_gib_stack_works() {
+    run(|| {
+        for tag in [3u8, 4] {
+            let h = goro::Builder::new()
+                .stack_size(1 << 30)
+                .spawn(move || {
+                    let top = stack_pos();
+                    use_stack(top, 2 * 1024 * KIB, tag, &|| {})
+                })
+                .unwrap();
+            assert!(h.join().unwrap() > 1000);
+        }
     });
 }
