@@ -272,6 +272,7 @@ pub const RUN_STACK_SIZE: usize = 8 << 20;
 /// larger; pages are committed only when touched.
 ///
 /// Panics if that stack cannot be mapped (address space exhausted).
+#[track_caller]
 pub fn run<F, T>(f: F) -> T
 where
     F: FnOnce() -> T + Send + 'static,
@@ -292,6 +293,7 @@ where
 /// Like [`run`]; `config` applies if this call starts the runtime.
 ///
 /// Panics if `config` is invalid (see [`Config::validate`]).
+#[track_caller]
 pub fn run_with<F, T>(config: Config, f: F) -> T
 where
     F: FnOnce() -> T + Send + 'static,

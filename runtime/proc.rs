@@ -123,6 +123,76 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 }
 
 // ---------------------------------------------------------------------------
+// Panic reports.
+
+/// Installs, once per process (before the first goroutine is created), a
+/// panic hook that wraps the one in place: a panic on a goroutine is
+/// reported as std reports one on a thread, but naming the goroutine —
+/// `goroutine 42 "worker-7" panicked at src/main.rs:3:5:` then the message
+/// (std would say `thread '<unnamed>'`, the M's name); any other panic goes
+/// to the previous hook (std's default or the user's). A hook the user sets
+/// later replaces this one, as `set_hook` always does: theirs wins.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            match crate::current_id() {
+                Some(id) => report_goroutine_panic(id, info.payload(), info.location()),
+                None => prev(info),
+            }
+        }));
+    });
+}
+
+/// Prints a goroutine's panic like std's default hook (message, location,
+/// backtrace per RUST_BACKTRACE, the backtrace note once per process).
+fn report_goroutine_panic(
+    id: u64,
+    payload: &(dyn std::any::Any + Send),
+    loc: Option<&std::panic::Location<'_>>,
+) {
+    use std::io::Write;
+    use std::sync::atomic::AtomicBool;
+    static NOTE_PRINTED: AtomicBool = AtomicBool::new(false);
+    let msg = if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.as_str()
+    } else {
+        "Box<dyn Any>"
+    };
+    let gp = crate::m::getg();
+    // SAFETY: the running G of this thread (current_id was Some), never
+    // freed; only the G itself (or newproc, while it is dead) writes its
+    // name, so the read cannot race.
+    let name = unsafe { (*(*gp).name.get()).clone() };
+    let mut out = String::new();
+    out.push_str(&format!("goroutine {id}"));
+    if let Some(n) = name {
+        out.push_str(&format!(" {n:?}"));
+    }
+    out.push_str(" panicked");
+    if let Some(l) = loc {
+        out.push_str(&format!(" at {}:{}:{}", l.file(), l.line(), l.column()));
+    }
+    out.push_str(&format!(":\n{msg}\n"));
+    let bt = std::backtrace::Backtrace::capture();
+    if bt.status() == std::backtrace::BacktraceStatus::Captured {
+        out.push_str(&format!("stack backtrace:\n{bt}\n"));
+    } else if bt.status() == std::backtrace::BacktraceStatus::Disabled
+        // Relaxed: a once-only flag; a race prints the note twice at most.
+        && !NOTE_PRINTED.swap(true, Ordering::Relaxed)
+    {
+        out.push_str(
+            "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n",
+        );
+    }
+    // One write, so reports of concurrent panics do not interleave.
+    let _ = std::io::stderr().lock().write_all(out.as_bytes());
+}
+
+// ---------------------------------------------------------------------------
 // Join.
 
 const PENDING: usize = 0;
@@ -254,6 +324,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    install_panic_hook();
     let packet = Arc::new(Packet {
         state: AtomicUsize::new(PENDING),
         result: UnsafeCell::new(None),
@@ -282,6 +353,7 @@ where
 ///
 /// Panics if the goroutine's stack cannot be mapped (address space or
 /// `vm.max_map_count` exhausted); use [`Builder::spawn`] to get the error.
+#[track_caller]
 pub fn spawn<F, T>(f: F) -> JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,

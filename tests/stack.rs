@@ -95,6 +95,39 @@ fn overflow_child() {
                 recurse_forever(0)
             });
         }
+        // Panic reports: a user hook set before the runtime starts still
+        // handles panics off goroutines; goroutine panics name the
+        // goroutine; track_caller points misuse panics at the caller.
+        "panic" => {
+            std::panic::set_hook(Box::new(|_| eprintln!("USER HOOK")));
+            goro::run(|| {
+                let h = goro::Builder::new()
+                    .name("worker-7")
+                    .spawn(|| {
+                        eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                        eprintln!("CHILD PANIC LINE {}", line!() + 1);
+                        panic!("boom {}", 42);
+                    })
+                    .unwrap();
+                assert!(h.join().is_err());
+                let h = goro::spawn(|| {
+                    eprintln!("CHILD WG LINE {}", line!() + 1);
+                    goro::sync::WaitGroup::new().done();
+                });
+                assert!(h.join().is_err());
+            });
+            let t = std::thread::spawn(|| panic!("thread panic"));
+            assert!(t.join().is_err());
+        }
+        // A hook set after the runtime started replaces goro's.
+        "laterhook" => {
+            goro::run(|| ());
+            std::panic::set_hook(Box::new(|_| eprintln!("LATER USER HOOK")));
+            goro::run(|| {
+                let h = goro::spawn(|| panic!("boom"));
+                assert!(h.join().is_err());
+            });
+        }
         other => panic!("unknown {CHILD_ENV} mode {other}"),
     }
     eprintln!("CHILD SURVIVED");
@@ -419,4 +452,60 @@ fn one_gib_stack_works() {
             assert!(h.join().unwrap() > 1000);
         }
     });
+}
+
+// ---------------------------------------------------------------------------
+// Panic reports.
+
+fn child_line(stderr: &str, key: &str) -> u32 {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("child did not print {key}; stderr:\n{stderr}"))
+}
+
+/// A goroutine's panic report names it (`goroutine <id> "<name>" panicked
+/// at <file>:<line>:<col>:` and the message) instead of std's `thread
+/// '<unnamed>'`; an unnamed goroutine's report has its id only;
+/// WaitGroup misuse is reported at the caller's line (track_caller); a
+/// user hook set before the runtime started still handles plain threads.
+#[test]
+fn goroutine_panic_report_names_it() {
+    let out = run_child("panic");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {:?}; stderr:\n{stderr}", out.status);
+    let id = child_goroutine_id(&stderr);
+    let line = child_line(&stderr, "CHILD PANIC LINE ");
+    let want = format!("goroutine {id} \"worker-7\" panicked at tests/stack.rs:{line}:");
+    assert!(stderr.contains(&want), "no `{want}`; stderr:\n{stderr}");
+    assert!(stderr.contains("boom 42"), "no message; stderr:\n{stderr}");
+    let wg = child_line(&stderr, "CHILD WG LINE ");
+    let wg_report = stderr
+        .lines()
+        .find(|l| l.contains("panicked at") && !l.contains("worker-7"))
+        .unwrap_or_else(|| panic!("no WaitGroup panic report; stderr:\n{stderr}"));
+    assert!(
+        wg_report.starts_with("goroutine ") && wg_report.contains(&format!("tests/stack.rs:{wg}:")),
+        "WaitGroup misuse not reported at the caller: {wg_report}"
+    );
+    assert!(
+        !stderr.contains("thread '<unnamed>'"),
+        "std's thread report for a goroutine; stderr:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("USER HOOK").count(),
+        1,
+        "the user's hook must handle exactly the plain thread's panic; stderr:\n{stderr}"
+    );
+}
+
+/// A hook set after the runtime started wins, on goroutines too.
+#[test]
+fn later_user_panic_hook_wins() {
+    let out = run_child("laterhook");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {:?}; stderr:\n{stderr}", out.status);
+    assert!(stderr.contains("LATER USER HOOK"), "stderr:\n{stderr}");
+    assert!(!stderr.contains("panicked at"), "stderr:\n{stderr}");
 }
