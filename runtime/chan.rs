@@ -577,6 +577,15 @@ unsafe impl<T: Send> Send for Receiver<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for Receiver<T> {}
 
+// A panic cannot leave a channel half-updated: every state change happens
+// under the channel lock in code that does not panic, and user values are
+// dropped outside it. So the handles are unwind-safe (as crossbeam's are),
+// and `catch_unwind(|| tx.send(1))` compiles.
+impl<T> std::panic::UnwindSafe for Sender<T> {}
+impl<T> std::panic::RefUnwindSafe for Sender<T> {}
+impl<T> std::panic::UnwindSafe for Receiver<T> {}
+impl<T> std::panic::RefUnwindSafe for Receiver<T> {}
+
 /// `send` on a closed channel: the value comes back.
 #[derive(PartialEq, Eq, Clone, Copy)]
 pub struct SendError<T>(pub T);
@@ -696,6 +705,86 @@ impl<T> std::fmt::Display for SendTimeoutError<T> {
 }
 impl<T> std::error::Error for SendTimeoutError<T> {}
 
+impl<T> SendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> From<SendError<T>> for TrySendError<T> {
+    /// A send that failed because the channel is closed (crossbeam's
+    /// `Disconnected`).
+    fn from(e: SendError<T>) -> Self {
+        TrySendError::Closed(e.0)
+    }
+}
+
+impl<T> From<SendError<T>> for SendTimeoutError<T> {
+    /// A send that failed because the channel is closed.
+    fn from(e: SendError<T>) -> Self {
+        SendTimeoutError::Closed(e.0)
+    }
+}
+
+impl From<RecvError> for TryRecvError {
+    /// A receive that failed because the channel is closed and drained.
+    fn from(_: RecvError) -> Self {
+        TryRecvError::Closed
+    }
+}
+
+impl From<RecvError> for RecvTimeoutError {
+    /// A receive that failed because the channel is closed and drained.
+    fn from(_: RecvError) -> Self {
+        RecvTimeoutError::Closed
+    }
+}
+
+impl TryRecvError {
+    /// Whether nothing was available (`Empty`).
+    pub fn is_empty(&self) -> bool {
+        matches!(self, TryRecvError::Empty)
+    }
+    /// Whether the channel is closed and drained (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, TryRecvError::Closed)
+    }
+}
+
+impl RecvTimeoutError {
+    /// Whether the timeout passed (`Timeout`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, RecvTimeoutError::Timeout)
+    }
+    /// Whether the channel is closed and drained (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, RecvTimeoutError::Closed)
+    }
+}
+
+impl<T> TrySendError<T> {
+    /// Whether the buffer was full (`Full`).
+    pub fn is_full(&self) -> bool {
+        matches!(self, TrySendError::Full(_))
+    }
+    /// Whether the channel is closed (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, TrySendError::Closed(_))
+    }
+}
+
+impl<T> SendTimeoutError<T> {
+    /// Whether the timeout passed (`Timeout`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, SendTimeoutError::Timeout(_))
+    }
+    /// Whether the channel is closed (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, SendTimeoutError::Closed(_))
+    }
+}
+
 impl<T> TrySendError<T> {
     /// The value that was not sent.
     pub fn into_inner(self) -> T {
@@ -783,6 +872,12 @@ impl<T> Sender<T> {
     pub fn capacity(&self) -> usize {
         self.c.dataqsiz
     }
+    /// Whether the buffer is full now (a racy snapshot; crossbeam's
+    /// `is_full`). Always true for an unbuffered channel, whose buffer has
+    /// no room (a send may still succeed by hand-off to a waiting receiver).
+    pub fn is_full(&self) -> bool {
+        self.c.len() == self.c.dataqsiz
+    }
     /// Whether the channel is closed.
     pub fn is_closed(&self) -> bool {
         self.c.is_closed()
@@ -831,8 +926,16 @@ impl<T> Receiver<T> {
     }
 
     /// Iterates until the channel is closed and drained (`for v := range ch`).
+    /// Each `next` blocks (parks the goroutine) until a value arrives.
     pub fn iter(&self) -> Iter<'_, T> {
         Iter { rx: self }
+    }
+
+    /// Iterates over the values available now without blocking: ends at
+    /// the first `try_recv` that fails (empty, or closed and drained), as
+    /// crossbeam's `try_iter`. Never blocks.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
     }
 
     /// Values buffered now.
@@ -846,6 +949,12 @@ impl<T> Receiver<T> {
     /// Buffer capacity (0 = unbuffered).
     pub fn capacity(&self) -> usize {
         self.c.dataqsiz
+    }
+    /// Whether the buffer is full now (a racy snapshot; crossbeam's
+    /// `is_full`). Always true for an unbuffered channel, whose buffer has
+    /// no room (a send may still succeed by hand-off to a waiting receiver).
+    pub fn is_full(&self) -> bool {
+        self.c.len() == self.c.dataqsiz
     }
     /// Whether the channel is closed.
     pub fn is_closed(&self) -> bool {
@@ -873,6 +982,31 @@ impl<'a, T> IntoIterator for &'a Receiver<T> {
     }
 }
 
+impl<T> std::fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Iter").field("rx", self.rx).finish()
+    }
+}
+
+/// Non-blocking iterator over the values available now (see
+/// [`Receiver::try_iter`]).
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl<T> std::fmt::Debug for TryIter<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TryIter").field("rx", self.rx).finish()
+    }
+}
+
 /// Owning iterator (`for v in rx`).
 pub struct IntoIter<T> {
     rx: Receiver<T>,
@@ -882,6 +1016,12 @@ impl<T> Iterator for IntoIter<T> {
     type Item = T;
     fn next(&mut self) -> Option<T> {
         self.rx.recv().ok()
+    }
+}
+
+impl<T> std::fmt::Debug for IntoIter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntoIter").field("rx", &self.rx).finish()
     }
 }
 

@@ -39,6 +39,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 mod arch;
 mod chan;
@@ -67,7 +68,7 @@ pub mod time;
 
 pub use chan::{
     chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
-    Sender, TryRecvError, TrySendError,
+    Sender, TryIter, TryRecvError, TrySendError,
 };
 pub use local::LocalKey;
 pub use proc::{spawn, Builder, JoinHandle};
@@ -216,7 +217,21 @@ impl std::fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    /// The OS error for `Io`; none for the others.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io(e)
+    }
+}
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 

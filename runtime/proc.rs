@@ -259,7 +259,9 @@ fn join_commit(_gp: *mut G, arg: *mut u8) -> bool {
 pub struct JoinHandle<T> {
     packet: Arc<Packet<T>>,
     id: u64,
-    _t: PhantomData<T>,
+    /// `fn() -> T`, not `T`: the handle only ever yields a T, so it is
+    /// `Send + Sync` for any `T: Send` (like std's), not only `T: Sync`.
+    _t: PhantomData<fn() -> T>,
 }
 
 impl<T> JoinHandle<T> {

@@ -22,6 +22,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One case of a select (Go's scase).
+#[derive(Debug)]
 pub struct Scase {
     c: *const Hchan,
     elem: *mut u8,
@@ -315,6 +316,7 @@ fn block_forever(deadline: Option<i64>) -> Selected {
 
 /// A `recv(rx) -> res` case's storage.
 #[doc(hidden)]
+#[derive(Debug)]
 pub struct RecvSlot<'a, T> {
     rx: &'a Receiver<T>,
     val: MaybeUninit<T>,
@@ -351,6 +353,7 @@ impl<'a, T> RecvSlot<'a, T> {
 
 /// A `send(tx, v) -> res` case's storage. Drops `v` if not selected.
 #[doc(hidden)]
+#[derive(Debug)]
 pub struct SendSlot<'a, T> {
     tx: &'a Sender<T>,
     val: MaybeUninit<T>,

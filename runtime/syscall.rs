@@ -91,3 +91,11 @@ pub fn blocking<F: FnOnce() -> T, T>(f: F) -> T {
     exit_syscall(g);
     r
 }
+
+impl core::fmt::Debug for SyscallGuard {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SyscallGuard")
+            .field("active", &self.active)
+            .finish()
+    }
+}
