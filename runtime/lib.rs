@@ -67,8 +67,8 @@ pub mod sync;
 pub mod time;
 
 pub use chan::{
-    chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
-    Sender, TryIter, TryRecvError, TrySendError,
+    chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError,
+    SendTimeoutError, Sender, TryIter, TryRecvError, TrySendError,
 };
 pub use local::LocalKey;
 pub use proc::{spawn, Builder, JoinHandle};
@@ -294,7 +294,11 @@ where
     T: Send + 'static,
 {
     ensure_started();
-    let size = RUN_STACK_SIZE.max(sched::SCHED.stack_size.load(std::sync::atomic::Ordering::Relaxed));
+    let size = RUN_STACK_SIZE.max(
+        sched::SCHED
+            .stack_size
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     let h = match proc::spawn_with(f, Some(size), None) {
         Ok(h) => h,
         Err(e) => panic!("goro::run: {e}"),

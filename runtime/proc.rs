@@ -136,11 +136,9 @@ fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            match crate::current_id() {
-                Some(id) => report_goroutine_panic(id, info.payload(), info.location()),
-                None => prev(info),
-            }
+        std::panic::set_hook(Box::new(move |info| match crate::current_id() {
+            Some(id) => report_goroutine_panic(id, info.payload(), info.location()),
+            None => prev(info),
         }));
     });
 }

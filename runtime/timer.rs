@@ -161,7 +161,8 @@ impl TimerCore {
                     // Go: when + period*(1 + (now-when)/period); ticks a
                     // slow reader missed are dropped (the buffer is full).
                     let period = st.period;
-                    let next = when.saturating_add(period.saturating_mul(1 + (now - when) / period));
+                    let next =
+                        when.saturating_add(period.saturating_mul(1 + (now - when) / period));
                     let t = self.clone();
                     timers.add(next, Action::User { t, gen });
                 } else {

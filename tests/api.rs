@@ -922,7 +922,7 @@ fn crossbeam_style_helpers() {
     assert!(t.is_closed() && !t.is_timeout());
 
     use std::error::Error as _;
-    let io = goro::Error::Io(std::io::Error::new(std::io::ErrorKind::Other, "epoll"));
+    let io = goro::Error::Io(std::io::Error::other("epoll"));
     assert_eq!(io.source().map(|s| s.to_string()).as_deref(), Some("epoll"));
     assert!(goro::Error::AlreadyRunning.source().is_none());
     assert!(RecvError.source().is_none());

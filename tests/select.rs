@@ -984,6 +984,9 @@ fn select64(rxs: &[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>) {
     }
 }
 
+/// One of the generated many-case selects.
+type Select = fn(&[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>);
+
 /// Selects over 9, 17 and 64 cases (past the on-stack sudog array and the
 /// on-stack order buffers): a send on any one channel wakes the parked
 /// select with that case, and so does a close (Err) of any one while it is
@@ -991,8 +994,7 @@ fn select64(rxs: &[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>) {
 #[test]
 fn select_many_cases_parked() {
     run(|| {
-        let sel: [(usize, fn(&[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>)); 3] =
-            [(9, select9), (17, select17), (64, select64)];
+        let sel: [(usize, Select); 3] = [(9, select9), (17, select17), (64, select64)];
         for &(n, f) in &sel {
             for round in 0..scale(40) {
                 let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| chan::<u64>(0)).unzip();

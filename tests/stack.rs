@@ -406,7 +406,10 @@ fn check_impossible_sizes(from: &str) {
         }
     }
     // The runtime is still usable afterwards.
-    let h = goro::Builder::new().stack_size(64 * KIB).spawn(|| 2).unwrap();
+    let h = goro::Builder::new()
+        .stack_size(64 * KIB)
+        .spawn(|| 2)
+        .unwrap();
     assert_eq!(h.join().unwrap(), 2);
 }
 
@@ -427,13 +430,19 @@ fn impossible_stack_size_is_an_error() {
 fn impossible_config_stack_size_is_an_error() {
     for size in impossible_sizes() {
         let c = goro::Config::default().stack_size(size);
-        assert!(c.validate().is_err(), "Config::stack_size({size:#x}) validated");
+        assert!(
+            c.validate().is_err(),
+            "Config::stack_size({size:#x}) validated"
+        );
         assert!(
             matches!(goro::start(c), Err(goro::Error::InvalidConfig(_))),
             "start accepted stack_size({size:#x})"
         );
     }
-    assert!(goro::Config::default().stack_size(1 << 30).validate().is_ok());
+    assert!(goro::Config::default()
+        .stack_size(1 << 30)
+        .validate()
+        .is_ok());
 }
 
 /// A 1 GiB reservation (Go's maximum goroutine stack) works, twice (the
@@ -474,7 +483,11 @@ fn child_line(stderr: &str, key: &str) -> u32 {
 fn goroutine_panic_report_names_it() {
     let out = run_child("panic");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed: {:?}; stderr:\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "child failed: {:?}; stderr:\n{stderr}",
+        out.status
+    );
     let id = child_goroutine_id(&stderr);
     let line = child_line(&stderr, "CHILD PANIC LINE ");
     let want = format!("goroutine {id} \"worker-7\" panicked at tests/stack.rs:{line}:");
@@ -505,7 +518,11 @@ fn goroutine_panic_report_names_it() {
 fn later_user_panic_hook_wins() {
     let out = run_child("laterhook");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed: {:?}; stderr:\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "child failed: {:?}; stderr:\n{stderr}",
+        out.status
+    );
     assert!(stderr.contains("LATER USER HOOK"), "stderr:\n{stderr}");
     assert!(!stderr.contains("panicked at"), "stderr:\n{stderr}");
 }

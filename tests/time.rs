@@ -417,7 +417,8 @@ fn after_func_runs_in_new_goroutine() {
         let start = Instant::now();
         let d = Duration::from_millis(20);
         drop(after_func(d, move || {
-            tx.send(goro::current_id().expect("after_func: not in a goroutine")).unwrap();
+            tx.send(goro::current_id().expect("after_func: not in a goroutine"))
+                .unwrap();
         }));
         let id = rx.recv().unwrap();
         assert!(start.elapsed() >= d, "after_func ran early");
