@@ -6,6 +6,19 @@
 //! steal round (findRunnable); an M with nothing to do blocks in netpoll until
 //! the earliest timer of all Ps (see sched.rs). Timers do not migrate when a
 //! P goes idle; they move only when a P is destroyed by set_max_procs.
+//!
+//! User timers (`time::Timer`, `Ticker`, `after`, `tick`, `after_func`)
+//! follow Go 1.23 (runtime/time.go, time/sleep.go): each is a shared
+//! `TimerCore` whose generation `stop`/`reset` bump; a heap entry carries
+//! the generation it was armed with and does nothing if it is behind.
+//! Nothing is ever deleted from a heap eagerly. An entry that can have no
+//! effect — a stale generation, a select timeout whose wait completed, or a
+//! channel timer none of whose Receivers is left (nobody can observe it) —
+//! is dropped when it comes due, or earlier by the bulk purge that runs
+//! whenever a heap has doubled, so abandoned `after(1h)` timers do not hold
+//! memory. `stop`/`reset` also discard a value sent but not received
+//! (under the timer's lock, which a firing entry must take too), so no
+//! value from before the call is ever received.
 
 use crate::chan::Hchan;
 use crate::g::G;
@@ -144,7 +157,7 @@ impl TimerCore {
     /// Runs the timer's action for the heap entry of generation `gen` that
     /// was due at `when`; re-arms a ticker on `timers`. On g0 with a P, or
     /// on a thread without one; never on a user G.
-    fn fire(self: Arc<Self>, gen: u64, when: i64, now: i64, timers: &Timers) {
+    fn fire(self: &Arc<Self>, gen: u64, when: i64, now: i64, timers: &Timers) {
         let mut st = self.st.lock();
         if !st.armed || self.gen.load(Ordering::Relaxed) != gen {
             return; // stopped or reset since this entry was queued
@@ -179,6 +192,22 @@ impl TimerCore {
             }
         }
     }
+}
+
+/// Drops a heap entry's reference to a user timer. If it is the last one
+/// of an `after_func` timer (stopped, its handle dropped), dropping it runs
+/// the user's closure's destructor, which may block on goro objects; off a
+/// goroutine (on g0, where timers run) that is done in a new goroutine.
+/// (Racy: if the handle is dropped at the same moment, the destructor may
+/// still run here; it then must not park, like any code on g0.)
+fn release(t: Arc<TimerCore>) {
+    if matches!(t.kind, Kind::Func(_)) && Arc::strong_count(&t) == 1 && !crate::park::in_goroutine()
+    {
+        // On failure the closure, and `t` with it, is dropped here anyway.
+        let _ = crate::proc::spawn_with(move || drop(t), None, None);
+        return;
+    }
+    drop(t);
 }
 
 /// Non-blocking send of the current time on a timer channel (Go's
@@ -294,7 +323,11 @@ impl Timers {
         let first = h.t[0].seq == seq;
         self.timer0_when.store(h.t[0].when, Ordering::Relaxed);
         drop(h);
-        drop(purged);
+        for t in purged {
+            if let Action::User { t, .. } = t.action {
+                release(t);
+            }
+        }
         first
     }
 
@@ -360,7 +393,10 @@ impl Timers {
                         crate::park::goready(gp);
                     }
                 }
-                Action::User { t: core, gen } => core.fire(gen, t.when, now, self),
+                Action::User { t: core, gen } => {
+                    core.fire(gen, t.when, now, self);
+                    release(core);
+                }
             }
         }
         (now, self.next_when(), ran)
@@ -431,6 +467,55 @@ mod tests {
             assert!(h.t[(i - 1) / 4].key() <= h.t[i].key());
         }
         h.t.clear();
+    }
+
+    #[test]
+    fn unobservable_and_stale_user_timers_are_purged() {
+        let timers = Timers::new();
+        // A live timer: its Receiver is kept.
+        let (c, live_rx) = crate::chan::senderless::<Instant>(1);
+        let live = TimerCore::new(Kind::Chan(c), 0);
+        timers.add(
+            1_000,
+            Action::User {
+                t: live.clone(),
+                gen: 0,
+            },
+        );
+        // 10,000 timers whose only Receiver was dropped, and 10,000 stale
+        // generations of one timer (stopped/reset since).
+        let stale = {
+            let (c, _rx) = crate::chan::senderless::<Instant>(1);
+            TimerCore::new(Kind::Chan(c), 0)
+        };
+        let kept_rx = {
+            let (c, rx) = crate::chan::senderless::<Instant>(1);
+            let t = TimerCore::new(Kind::Chan(c), 0);
+            for gen in 0..10_000u64 {
+                t.gen.store(gen + 1, Ordering::Relaxed);
+                timers.add(i64::MAX - 1, Action::User { t: t.clone(), gen });
+            }
+            rx
+        };
+        for _ in 0..10_000 {
+            let (c, rx) = crate::chan::senderless::<Instant>(1);
+            drop(rx);
+            timers.add(
+                i64::MAX - 1,
+                Action::User {
+                    t: TimerCore::new(Kind::Chan(c), 0),
+                    gen: 0,
+                },
+            );
+        }
+        let n = timers.len();
+        assert!(
+            n < 2 * PURGE_MIN,
+            "unobservable/stale user timers kept: {n}"
+        );
+        assert_eq!(timers.next_when(), 1_000, "the live timer must survive");
+        drop((stale, kept_rx, live_rx));
+        timers.heap.lock().t.clear();
     }
 
     #[test]
