@@ -294,6 +294,7 @@ where
     T: Send + 'static,
 {
     ensure_started();
+    // Relaxed: set once at start, before `started()` (Acquire) is true.
     let size = RUN_STACK_SIZE.max(
         sched::SCHED
             .stack_size

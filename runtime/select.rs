@@ -441,6 +441,22 @@ pub fn __select_timeout(cases: &mut [Scase], timeout: std::time::Duration) -> (u
 /// assert_eq!(v, 7);
 /// ```
 ///
+/// crossbeam-channel's forms work too: block arms without commas and a
+/// `default(timeout)` arm.
+///
+/// ```
+/// use std::time::Duration;
+/// let (tx, rx) = goro::chan::<i32>(1);
+/// let idle = goro::never::<i32>(); // a disabled case
+/// tx.send(1).unwrap();
+/// let got = goro::select! {
+///     recv(idle) -> _ => { unreachable!() }
+///     recv(rx) -> v => { v.unwrap() }
+///     default(Duration::from_secs(1)) => { 0 }
+/// };
+/// assert_eq!(got, 1);
+/// ```
+///
 /// Syntax as crossbeam-channel's `select!` (see docs/SELECT.md for the
 /// remaining differences). Cases: `recv(rx) -> res => body`,
 /// `send(tx, value) -> res => body`, and at most one of `default => body`

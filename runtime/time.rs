@@ -106,6 +106,16 @@ pub fn tick(d: Duration) -> Receiver<Instant> {
 /// received; the channel is never closed; a timer whose handle and
 /// receivers are all dropped is released without firing (an `after_func`
 /// timer still runs its function). The timer lives on a per-P timer heap.
+///
+/// ```
+/// use std::time::Duration;
+/// goro::run(|| {
+///     let t = goro::time::Timer::new(Duration::from_secs(3600));
+///     assert!(t.stop()); // stopped before it fired
+///     assert!(!t.reset(Duration::from_millis(1))); // it was not active
+///     t.receiver().recv().unwrap(); // fires 1 ms after the reset
+/// });
+/// ```
 pub struct Timer {
     core: Arc<TimerCore>,
     rx: Receiver<Instant>,

@@ -142,6 +142,7 @@ impl TimerCore {
         }
         st.armed = true;
         if let Some(when) = crate::time::deadline_after(d) {
+            // Relaxed: `gen` is only written under `st`, which we hold.
             let gen = self.gen.load(Ordering::Relaxed);
             crate::time::add_timer(
                 when,
@@ -159,6 +160,7 @@ impl TimerCore {
     /// on a thread without one; never on a user G.
     fn fire(self: &Arc<Self>, gen: u64, when: i64, now: i64, timers: &Timers) {
         let mut st = self.st.lock();
+        // Relaxed: `gen` is only written under `st`, which we hold.
         if !st.armed || self.gen.load(Ordering::Relaxed) != gen {
             return; // stopped or reset since this entry was queued
         }
