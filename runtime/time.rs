@@ -258,6 +258,13 @@ impl Ticker {
     }
 }
 
+// No user code runs while a timer's lock is held, so a panic cannot leave
+// a timer half-updated: the handles are unwind-safe, like channel ends.
+impl std::panic::UnwindSafe for Timer {}
+impl std::panic::RefUnwindSafe for Timer {}
+impl std::panic::UnwindSafe for Ticker {}
+impl std::panic::RefUnwindSafe for Ticker {}
+
 impl std::fmt::Debug for Ticker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ticker").finish_non_exhaustive()

@@ -57,10 +57,11 @@ pub(crate) enum Kind {
 /// chan or func timer). The handle (`time::Timer`, `time::Ticker`) and
 /// every heap entry for it hold an `Arc`.
 ///
-/// Lock order: `st` before a P's heap lock (`reset` adds an entry while
-/// holding `st`; `fire` re-arms a ticker likewise) and before the channel's
-/// lock (`stop` drains the buffer while holding `st`). Nothing takes `st`
-/// while holding a heap or channel lock.
+/// Lock order: `st` before the channel's lock (`stop` drains the buffer
+/// while holding `st`; `fire` sends while holding it). Heap entries are
+/// added after `st` is released (an add may purge and drop other timers).
+/// Nothing takes `st` while holding a heap or channel lock, and no user code
+/// runs while `st` is held.
 pub(crate) struct TimerCore {
     /// Generation of the entry that may fire. Written only under `st`;
     /// read racily (Relaxed) by the heap purge, which only drops entries
@@ -141,9 +142,13 @@ impl TimerCore {
             st.period = p;
         }
         st.armed = true;
+        // Relaxed: `gen` is only written under `st`, which we hold.
+        let gen = self.gen.load(Ordering::Relaxed);
+        drop(st);
+        // The entry is added after `st` is released: adding may purge the
+        // heap and drop other timers (and their closures). If a stop or
+        // reset slips in between, this entry is simply stale.
         if let Some(when) = crate::time::deadline_after(d) {
-            // Relaxed: `gen` is only written under `st`, which we hold.
-            let gen = self.gen.load(Ordering::Relaxed);
             crate::time::add_timer(
                 when,
                 Action::User {
@@ -178,6 +183,7 @@ impl TimerCore {
                     let period = st.period;
                     let next =
                         when.saturating_add(period.saturating_mul(1 + (now - when) / period));
+                    drop(st); // see `reset`: add without holding `st`
                     let t = self.clone();
                     timers.add(next, Action::User { t, gen });
                 } else {

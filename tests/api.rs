@@ -854,6 +854,8 @@ fn auto_traits_and_debug() {
     unwind_safe::<goro::Sender<i32>>();
     unwind_safe::<goro::Receiver<i32>>();
     unwind_safe::<goro::Sender<std::cell::Cell<i32>>>();
+    unwind_safe::<goro::time::Timer>();
+    unwind_safe::<goro::time::Ticker>();
     fn ref_unwind_safe<T: RefUnwindSafe>() {}
     ref_unwind_safe::<goro::sync::Mutex<std::cell::Cell<i32>>>();
     ref_unwind_safe::<goro::sync::Mutex<i32>>();
