@@ -67,6 +67,10 @@ unsafe fn drop_as<T>(p: *mut u8) {
     unsafe { ptr::drop_in_place(p.cast::<T>()) }
 }
 
+/// Largest channel buffer in bytes (Go's maxAlloc on 64-bit Linux,
+/// 2^48): a larger `make(chan T, n)` panics "makechan: size out of range".
+const MAX_CHAN_BYTES: usize = 1 << 48;
+
 /// Outcome of a non-blocking attempt.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub(crate) enum Try {
@@ -76,16 +80,29 @@ pub(crate) enum Try {
 }
 
 impl Hchan {
+    /// Panics (Go's makechan does too) if the buffer cannot exist: larger
+    /// than [`MAX_CHAN_BYTES`] or refused by the allocator.
+    #[track_caller]
     fn new<T>(cap: usize) -> Hchan {
-        let layout = Layout::array::<T>(cap)
-            .unwrap_or_else(|_| crate::throw::throw("makechan: size out of range"));
+        let layout = match Layout::array::<T>(cap) {
+            Ok(l) if l.size() <= MAX_CHAN_BYTES => l,
+            _ => panic!(
+                "makechan: size out of range ({cap} elements of {} bytes)",
+                core::mem::size_of::<T>()
+            ),
+        };
         let buf = if layout.size() == 0 {
             ptr::NonNull::<T>::dangling().as_ptr().cast()
         } else {
             // SAFETY: non-zero size layout.
             let p = unsafe { std::alloc::alloc(layout) };
             if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
+                // Not handle_alloc_error: that aborts, and a bad capacity
+                // is the caller's error, which a panic reports.
+                panic!(
+                    "makechan: size out of range (cannot allocate {} bytes)",
+                    layout.size()
+                );
             }
             p
         };
@@ -401,45 +418,91 @@ impl Hchan {
                 wake.push(sg);
             }
         }
-        let mut dropped: Vec<u8> = Vec::new();
-        let mut ndrop = 0;
-        if drop_buffered {
-            // Move the values out under the lock, drop them after it.
-            let n = self.qcount.swap(0, Ordering::Relaxed);
-            dropped = vec![0u8; n * self.elemsize + self.layout.align()];
-            let base = dropped.as_mut_ptr();
-            let base = base.wrapping_add(base.align_offset(self.layout.align().max(1)));
-            for i in 0..n {
-                self.copy(self.slot(st.recvx), base.wrapping_add(i * self.elemsize));
-                st.recvx = (st.recvx + 1) % self.dataqsiz.max(1);
-            }
-            ndrop = n;
-            st.sendx = st.recvx;
-            if self.elemsize == 0 {
-                dropped.clear();
-            }
-        }
+        let drained = if drop_buffered {
+            // SAFETY: lock held.
+            unsafe { self.take_buffered_locked() }
+        } else {
+            Drained::default()
+        };
         // SAFETY: lock held.
         unsafe { self.unlock() };
         for sg in wake {
             // SAFETY: each was dequeued by us.
             unsafe { Sudog::ready(sg) };
         }
-        if ndrop > 0 {
-            let base = dropped.as_mut_ptr();
-            let base = base.wrapping_add(base.align_offset(self.layout.align().max(1)));
-            for i in 0..ndrop {
-                // SAFETY: each holds a moved-out T (ZSTs: dangling is fine).
-                unsafe {
-                    (self.drop_elem)(if self.elemsize == 0 {
-                        self.buf
-                    } else {
-                        base.wrapping_add(i * self.elemsize)
-                    })
-                };
-            }
+        self.drop_drained(drained);
+    }
+
+    /// Drops every buffered value without closing the channel (a timer's
+    /// stop/reset, Go 1.23: no stale value is received afterwards).
+    /// Returns how many were dropped.
+    pub(crate) fn clear_buffer(&self) -> usize {
+        self.lock();
+        // SAFETY: lock held.
+        let drained = unsafe { self.take_buffered_locked() };
+        // SAFETY: lock held.
+        unsafe { self.unlock() };
+        let n = drained.n;
+        self.drop_drained(drained);
+        n
+    }
+
+    /// Whether any Receiver handle is still alive. Acquire pairs with the
+    /// AcqRel decrement in `Receiver::drop`; a racy answer is only used to
+    /// drop timers nobody can observe (the last Receiver never comes back).
+    pub(crate) fn has_receivers(&self) -> bool {
+        self.receivers.load(Ordering::Acquire) != 0
+    }
+
+    /// Moves the buffered values out of the ring (to be dropped after the
+    /// lock is released: a destructor may use channels).
+    ///
+    /// # Safety
+    /// The lock is held.
+    unsafe fn take_buffered_locked(&self) -> Drained {
+        // SAFETY: lock held (caller).
+        let st = unsafe { self.st() };
+        let n = self.qcount.swap(0, Ordering::Relaxed);
+        if n == 0 {
+            return Drained::default();
+        }
+        let align = self.layout.align().max(1);
+        let mut bytes = vec![0u8; n * self.elemsize + align];
+        let base = bytes.as_mut_ptr();
+        let off = base.align_offset(align);
+        for i in 0..n {
+            self.copy(
+                self.slot(st.recvx),
+                base.wrapping_add(off + i * self.elemsize),
+            );
+            st.recvx = (st.recvx + 1) % self.dataqsiz.max(1);
+        }
+        st.sendx = st.recvx;
+        Drained { bytes, off, n }
+    }
+
+    /// Drops values moved out by `take_buffered_locked` (lock not held).
+    fn drop_drained(&self, mut d: Drained) {
+        let base = d.bytes.as_mut_ptr().wrapping_add(d.off);
+        for i in 0..d.n {
+            // SAFETY: each holds a moved-out T (ZSTs: dangling is fine).
+            unsafe {
+                (self.drop_elem)(if self.elemsize == 0 {
+                    self.buf
+                } else {
+                    base.wrapping_add(i * self.elemsize)
+                })
+            };
         }
     }
+}
+
+/// Values moved out of a channel's buffer, awaiting their destructors.
+#[derive(Default)]
+struct Drained {
+    bytes: Vec<u8>,
+    off: usize,
+    n: usize,
 }
 
 impl Drop for Hchan {
@@ -464,7 +527,11 @@ impl Drop for Hchan {
 /// Creates a channel of `T` with `cap` buffer slots (0 = unbuffered
 /// rendezvous). Go's `make(chan T, cap)`. Multi-producer, multi-consumer.
 ///
-/// Panics if `cap * size_of::<T>()` overflows `isize`.
+/// Panics with "makechan: size out of range" (as Go's make does) if the
+/// buffer, `cap * size_of::<T>()` bytes, cannot exist: larger than 2^48
+/// bytes, or refused by the allocator. The panic unwinds (it can be caught
+/// with `catch_unwind`); it never aborts.
+#[track_caller]
 pub fn chan<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
     let c = Arc::new(Hchan::new::<T>(cap));
     (
@@ -474,6 +541,22 @@ pub fn chan<T: Send>(cap: usize) -> (Sender<T>, Receiver<T>) {
         },
         Receiver { c, _t: PhantomData },
     )
+}
+
+/// A channel with a Receiver and no Sender handle: its sender count stays
+/// at one for ever, so it is never closed by senders. The runtime sends on
+/// it through the returned core (timer channels), or nobody does
+/// ([`never`]). Freed when the receivers and the core are gone.
+pub(crate) fn senderless<T>(cap: usize) -> (Arc<Hchan>, Receiver<T>) {
+    let c = Arc::new(Hchan::new::<T>(cap));
+    (c.clone(), Receiver { c, _t: PhantomData })
+}
+
+/// A Receiver that never receives anything and is never closed: a
+/// disabled `select!` case (crossbeam-channel's `never()`; Go's nil
+/// channel in a select). `recv` on it blocks for ever.
+pub fn never<T>() -> Receiver<T> {
+    senderless(0).1
 }
 
 /// The sending half of a channel. Cloneable; the channel closes when the
@@ -499,6 +582,15 @@ unsafe impl<T: Send> Sync for Sender<T> {}
 unsafe impl<T: Send> Send for Receiver<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for Receiver<T> {}
+
+// A panic cannot leave a channel half-updated: every state change happens
+// under the channel lock in code that does not panic, and user values are
+// dropped outside it. So the handles are unwind-safe (as crossbeam's are),
+// and `catch_unwind(|| tx.send(1))` compiles.
+impl<T> std::panic::UnwindSafe for Sender<T> {}
+impl<T> std::panic::RefUnwindSafe for Sender<T> {}
+impl<T> std::panic::UnwindSafe for Receiver<T> {}
+impl<T> std::panic::RefUnwindSafe for Receiver<T> {}
 
 /// `send` on a closed channel: the value comes back.
 #[derive(PartialEq, Eq, Clone, Copy)]
@@ -619,6 +711,86 @@ impl<T> std::fmt::Display for SendTimeoutError<T> {
 }
 impl<T> std::error::Error for SendTimeoutError<T> {}
 
+impl<T> SendError<T> {
+    /// The value that was not sent.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> From<SendError<T>> for TrySendError<T> {
+    /// A send that failed because the channel is closed (crossbeam's
+    /// `Disconnected`).
+    fn from(e: SendError<T>) -> Self {
+        TrySendError::Closed(e.0)
+    }
+}
+
+impl<T> From<SendError<T>> for SendTimeoutError<T> {
+    /// A send that failed because the channel is closed.
+    fn from(e: SendError<T>) -> Self {
+        SendTimeoutError::Closed(e.0)
+    }
+}
+
+impl From<RecvError> for TryRecvError {
+    /// A receive that failed because the channel is closed and drained.
+    fn from(_: RecvError) -> Self {
+        TryRecvError::Closed
+    }
+}
+
+impl From<RecvError> for RecvTimeoutError {
+    /// A receive that failed because the channel is closed and drained.
+    fn from(_: RecvError) -> Self {
+        RecvTimeoutError::Closed
+    }
+}
+
+impl TryRecvError {
+    /// Whether nothing was available (`Empty`).
+    pub fn is_empty(&self) -> bool {
+        matches!(self, TryRecvError::Empty)
+    }
+    /// Whether the channel is closed and drained (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, TryRecvError::Closed)
+    }
+}
+
+impl RecvTimeoutError {
+    /// Whether the timeout passed (`Timeout`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, RecvTimeoutError::Timeout)
+    }
+    /// Whether the channel is closed and drained (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, RecvTimeoutError::Closed)
+    }
+}
+
+impl<T> TrySendError<T> {
+    /// Whether the buffer was full (`Full`).
+    pub fn is_full(&self) -> bool {
+        matches!(self, TrySendError::Full(_))
+    }
+    /// Whether the channel is closed (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, TrySendError::Closed(_))
+    }
+}
+
+impl<T> SendTimeoutError<T> {
+    /// Whether the timeout passed (`Timeout`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, SendTimeoutError::Timeout(_))
+    }
+    /// Whether the channel is closed (`Closed`).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, SendTimeoutError::Closed(_))
+    }
+}
+
 impl<T> TrySendError<T> {
     /// The value that was not sent.
     pub fn into_inner(self) -> T {
@@ -706,6 +878,12 @@ impl<T> Sender<T> {
     pub fn capacity(&self) -> usize {
         self.c.dataqsiz
     }
+    /// Whether the buffer is full now (a racy snapshot; crossbeam's
+    /// `is_full`). Always true for an unbuffered channel, whose buffer has
+    /// no room (a send may still succeed by hand-off to a waiting receiver).
+    pub fn is_full(&self) -> bool {
+        self.c.len() == self.c.dataqsiz
+    }
     /// Whether the channel is closed.
     pub fn is_closed(&self) -> bool {
         self.c.is_closed()
@@ -754,8 +932,16 @@ impl<T> Receiver<T> {
     }
 
     /// Iterates until the channel is closed and drained (`for v := range ch`).
+    /// Each `next` blocks (parks the goroutine) until a value arrives.
     pub fn iter(&self) -> Iter<'_, T> {
         Iter { rx: self }
+    }
+
+    /// Iterates over the values available now without blocking: ends at
+    /// the first `try_recv` that fails (empty, or closed and drained), as
+    /// crossbeam's `try_iter`. Never blocks.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { rx: self }
     }
 
     /// Values buffered now.
@@ -769,6 +955,12 @@ impl<T> Receiver<T> {
     /// Buffer capacity (0 = unbuffered).
     pub fn capacity(&self) -> usize {
         self.c.dataqsiz
+    }
+    /// Whether the buffer is full now (a racy snapshot; crossbeam's
+    /// `is_full`). Always true for an unbuffered channel, whose buffer has
+    /// no room (a send may still succeed by hand-off to a waiting receiver).
+    pub fn is_full(&self) -> bool {
+        self.c.len() == self.c.dataqsiz
     }
     /// Whether the channel is closed.
     pub fn is_closed(&self) -> bool {
@@ -796,6 +988,31 @@ impl<'a, T> IntoIterator for &'a Receiver<T> {
     }
 }
 
+impl<T> std::fmt::Debug for Iter<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Iter").field("rx", self.rx).finish()
+    }
+}
+
+/// Non-blocking iterator over the values available now (see
+/// [`Receiver::try_iter`]).
+pub struct TryIter<'a, T> {
+    rx: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+    fn next(&mut self) -> Option<T> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl<T> std::fmt::Debug for TryIter<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TryIter").field("rx", self.rx).finish()
+    }
+}
+
 /// Owning iterator (`for v in rx`).
 pub struct IntoIter<T> {
     rx: Receiver<T>,
@@ -805,6 +1022,12 @@ impl<T> Iterator for IntoIter<T> {
     type Item = T;
     fn next(&mut self) -> Option<T> {
         self.rx.recv().ok()
+    }
+}
+
+impl<T> std::fmt::Debug for IntoIter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntoIter").field("rx", &self.rx).finish()
     }
 }
 

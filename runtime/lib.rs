@@ -39,6 +39,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 mod arch;
 mod atomic;
@@ -68,14 +69,14 @@ pub mod sync;
 pub mod time;
 
 pub use chan::{
-    chan, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
-    Sender, TryRecvError, TrySendError,
+    chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError,
+    SendTimeoutError, Sender, TryIter, TryRecvError, TrySendError,
 };
 pub use local::LocalKey;
 pub use preempt::PreemptMode;
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;
-pub use stack::{guards_use_madvise, MIN_STACK_SIZE};
+pub use stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
 pub use syscall::{blocking, enter_syscall, enter_syscall_block, exit_syscall, SyscallGuard};
 
 use std::sync::OnceLock;
@@ -200,7 +201,10 @@ impl Config {
         self
     }
 
-    /// Sets the default stack reservation per goroutine (bytes).
+    /// Sets the default stack reservation per goroutine (bytes, guard page
+    /// excluded, rounded up to pages). [`validate`](Config::validate) (and
+    /// so [`start`]) rejects sizes below [`MIN_STACK_SIZE`] or above
+    /// [`MAX_STACK_SIZE`].
     pub fn stack_size(mut self, bytes: usize) -> Config {
         self.stack_size = bytes;
         self
@@ -262,9 +266,9 @@ impl Config {
                 self.stack_size
             )));
         }
-        if self.stack_size > (1usize << 40) {
+        if self.stack_size > MAX_STACK_SIZE {
             return Err(Error::InvalidConfig(format!(
-                "stack_size {} is larger than 1 TiB",
+                "stack_size {} is larger than {MAX_STACK_SIZE} bytes (1 TiB)",
                 self.stack_size
             )));
         }
@@ -296,7 +300,21 @@ impl std::fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    /// The OS error for `Io`; none for the others.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Io(e)
+    }
+}
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
@@ -337,17 +355,39 @@ fn start_default() {
     }
 }
 
+/// Stack reservation of the goroutine [`run`] starts: like Rust's main
+/// thread (8 MiB, committed lazily), so code moved from `fn main` into
+/// `goro::run` keeps its stack depth.
+pub const RUN_STACK_SIZE: usize = 8 << 20;
+
 /// Runs `f` as a goroutine on the process-wide runtime (starting it from
 /// the environment if needed) and blocks the calling OS thread until it
 /// returns; returns its value. A panic in `f` is resumed on the caller.
 /// May be called repeatedly and from several threads at once.
+///
+/// `f`'s goroutine gets a stack like Rust's main thread:
+/// [`RUN_STACK_SIZE`] (8 MiB) reserved, or the configured default if
+/// larger; pages are committed only when touched.
+///
+/// Panics if that stack cannot be mapped (address space exhausted).
+#[track_caller]
 pub fn run<F, T>(f: F) -> T
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
     ensure_started();
-    match spawn(f).join() {
+    // Relaxed: set once at start, before `started()` (Acquire) is true.
+    let size = RUN_STACK_SIZE.max(
+        sched::SCHED
+            .stack_size
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let h = match proc::spawn_with(f, Some(size), None) {
+        Ok(h) => h,
+        Err(e) => panic!("goro::run: {e}"),
+    };
+    match h.join() {
         Ok(v) => v,
         Err(p) => std::panic::resume_unwind(p),
     }
@@ -356,6 +396,7 @@ where
 /// Like [`run`]; `config` applies if this call starts the runtime.
 ///
 /// Panics if `config` is invalid (see [`Config::validate`]).
+#[track_caller]
 pub fn run_with<F, T>(config: Config, f: F) -> T
 where
     F: FnOnce() -> T + Send + 'static,
@@ -487,7 +528,17 @@ pub fn stats() -> Stats {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::select::{__select, RecvSlot, Scase, SendSlot};
+    pub use crate::select::{__select, __select_none, __select_timeout, RecvSlot, Scase, SendSlot};
+    pub use crate::stack::guards_use_madvise;
+
+    /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
+    /// collection of unobservable timers. Racy snapshot.
+    pub fn timers_pending() -> usize {
+        crate::ensure_started();
+        (0..crate::sched::gomaxprocs())
+            .map(|i| crate::sched::allp(i).timers.len())
+            .sum()
+    }
 }
 
 /// Microbenchmark hooks (not public API).

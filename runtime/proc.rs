@@ -45,14 +45,16 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 ) -> std::io::Result<u64> {
     crate::ensure_started();
     park::preempt_check();
+    // An impossible size is the caller's error: reject it before taking a
+    // G or mapping anything.
+    let want = match stack_size {
+        Some(s) => stack::try_round_size(s)?,
+        None => SCHED.stack_size.load(Ordering::Relaxed),
+    };
     // The P stays ours until the new G is queued.
     let _ml = crate::m::MLock::new();
     // SAFETY: getp_user's P is held by this M, and stays so in acquirem.
     let p = unsafe { park::getp_user().as_ref() };
-    let want = match stack_size {
-        Some(s) => stack::round_size(s),
-        None => SCHED.stack_size.load(Ordering::Relaxed),
-    };
     let mut gp = match p {
         Some(p) => sched::gfget(p),
         None => sched::gfget_global(),
@@ -74,10 +76,13 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
             match stack::alloc(want) {
                 Ok(s) => s,
                 Err(e) => {
-                    // Keep the G for reuse; report the exhaustion.
-                    match p {
-                        Some(p) => sched::gfput(p, gp),
-                        None => crate::throw::throw("newproc: stack allocation failed"),
+                    // Keep the G for reuse; report the exhaustion. From a
+                    // plain thread there is no P free list to return it
+                    // to: the dead, stackless G is left unlisted (Gs are
+                    // never freed anyway; one per failed spawn, an error
+                    // path).
+                    if let Some(p) = p {
+                        sched::gfput(p, gp);
                     }
                     return Err(std::io::Error::new(
                         e.kind(),
@@ -117,6 +122,74 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
         None => sched::globrunqput_and_wake(gp),
     }
     Ok(goid)
+}
+
+// ---------------------------------------------------------------------------
+// Panic reports.
+
+/// Installs, once per process (before the first goroutine is created), a
+/// panic hook that wraps the one in place: a panic on a goroutine is
+/// reported as std reports one on a thread, but naming the goroutine —
+/// `goroutine 42 "worker-7" panicked at src/main.rs:3:5:` then the message
+/// (std would say `thread '<unnamed>'`, the M's name); any other panic goes
+/// to the previous hook (std's default or the user's). A hook the user sets
+/// later replaces this one, as `set_hook` always does: theirs wins.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| match crate::current_id() {
+            Some(id) => report_goroutine_panic(id, info.payload(), info.location()),
+            None => prev(info),
+        }));
+    });
+}
+
+/// Prints a goroutine's panic like std's default hook (message, location,
+/// backtrace per RUST_BACKTRACE, the backtrace note once per process).
+fn report_goroutine_panic(
+    id: u64,
+    payload: &(dyn std::any::Any + Send),
+    loc: Option<&std::panic::Location<'_>>,
+) {
+    use std::io::Write;
+    use std::sync::atomic::AtomicBool;
+    static NOTE_PRINTED: AtomicBool = AtomicBool::new(false);
+    let msg = if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.as_str()
+    } else {
+        "Box<dyn Any>"
+    };
+    let gp = crate::m::getg();
+    // SAFETY: the running G of this thread (current_id was Some), never
+    // freed; only the G itself (or newproc, while it is dead) writes its
+    // name, so the read cannot race.
+    let name = unsafe { (*(*gp).name.get()).clone() };
+    let mut out = String::new();
+    out.push_str(&format!("goroutine {id}"));
+    if let Some(n) = name {
+        out.push_str(&format!(" {n:?}"));
+    }
+    out.push_str(" panicked");
+    if let Some(l) = loc {
+        out.push_str(&format!(" at {}:{}:{}", l.file(), l.line(), l.column()));
+    }
+    out.push_str(&format!(":\n{msg}\n"));
+    let bt = std::backtrace::Backtrace::capture();
+    if bt.status() == std::backtrace::BacktraceStatus::Captured {
+        out.push_str(&format!("stack backtrace:\n{bt}\n"));
+    } else if bt.status() == std::backtrace::BacktraceStatus::Disabled
+        // Relaxed: a once-only flag; a race prints the note twice at most.
+        && !NOTE_PRINTED.swap(true, Ordering::Relaxed)
+    {
+        out.push_str(
+            "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n",
+        );
+    }
+    // One write, so reports of concurrent panics do not interleave.
+    let _ = std::io::stderr().lock().write_all(out.as_bytes());
 }
 
 // ---------------------------------------------------------------------------
@@ -186,7 +259,9 @@ fn join_commit(_gp: *mut G, arg: *mut u8) -> bool {
 pub struct JoinHandle<T> {
     packet: Arc<Packet<T>>,
     id: u64,
-    _t: PhantomData<T>,
+    /// `fn() -> T`, not `T`: the handle only ever yields a T, so it is
+    /// `Send + Sync` for any `T: Send` (like std's), not only `T: Sync`.
+    _t: PhantomData<fn() -> T>,
 }
 
 impl<T> JoinHandle<T> {
@@ -251,6 +326,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    install_panic_hook();
     let packet = Arc::new(Packet {
         state: AtomicUsize::new(PENDING),
         result: UnsafeCell::new(None),
@@ -279,6 +355,7 @@ where
 ///
 /// Panics if the goroutine's stack cannot be mapped (address space or
 /// `vm.max_map_count` exhausted); use [`Builder::spawn`] to get the error.
+#[track_caller]
 pub fn spawn<F, T>(f: F) -> JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,
@@ -311,12 +388,18 @@ impl Builder {
 
     /// Stack reservation in bytes (rounded up to pages, at least 64 KiB;
     /// guard page not included). Pages are committed only when touched.
+    /// A size above [`crate::MAX_STACK_SIZE`] (1 TiB) makes
+    /// [`spawn`](Builder::spawn) return an `InvalidInput` error; a size the
+    /// OS cannot map makes it return the OS error. Go's maximum goroutine
+    /// stack, 1 GiB, works.
     pub fn stack_size(mut self, bytes: usize) -> Builder {
         self.stack_size = Some(bytes);
         self
     }
 
-    /// Spawns the goroutine. Errors: its stack could not be mapped.
+    /// Spawns the goroutine (Go's `go` statement), from a goroutine or a
+    /// plain thread. Errors: an impossible stack size (`InvalidInput`), or
+    /// its stack could not be mapped (the OS error); nothing is spawned then.
     pub fn spawn<F, T>(self, f: F) -> std::io::Result<JoinHandle<T>>
     where
         F: FnOnce() -> T + Send + 'static,

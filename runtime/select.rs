@@ -22,6 +22,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One case of a select (Go's scase).
+#[derive(Debug)]
 pub struct Scase {
     c: *const Hchan,
     elem: *mut u8,
@@ -315,6 +316,7 @@ fn block_forever(deadline: Option<i64>) -> Selected {
 
 /// A `recv(rx) -> res` case's storage.
 #[doc(hidden)]
+#[derive(Debug)]
 pub struct RecvSlot<'a, T> {
     rx: &'a Receiver<T>,
     val: MaybeUninit<T>,
@@ -333,8 +335,13 @@ impl<'a, T> RecvSlot<'a, T> {
         Scase::recv(&self.rx.c, self.val.as_mut_ptr().cast())
     }
     /// The case's result once selected.
+    ///
+    /// # Safety
+    /// Call at most once, only for the case that `__select` chose, with
+    /// the `ok` it reported: with `ok == true` the value is read out of the
+    /// slot, which is uninitialised unless the receive happened.
     #[doc(hidden)]
-    pub fn finish(&mut self, ok: bool) -> Result<T, RecvError> {
+    pub unsafe fn finish(&mut self, ok: bool) -> Result<T, RecvError> {
         if ok {
             // SAFETY: a selected recv with ok wrote a T into val.
             Ok(unsafe { self.val.assume_init_read() })
@@ -346,6 +353,7 @@ impl<'a, T> RecvSlot<'a, T> {
 
 /// A `send(tx, v) -> res` case's storage. Drops `v` if not selected.
 #[doc(hidden)]
+#[derive(Debug)]
 pub struct SendSlot<'a, T> {
     tx: &'a Sender<T>,
     val: MaybeUninit<T>,
@@ -365,8 +373,14 @@ impl<'a, T> SendSlot<'a, T> {
     pub fn case(&mut self) -> Scase {
         Scase::send(&self.tx.c, self.val.as_mut_ptr().cast())
     }
+    /// The case's result once selected.
+    ///
+    /// # Safety
+    /// Call only for the case that `__select` chose, with the `ok` it
+    /// reported: with `ok == false` the value is read back out of the slot,
+    /// which a completed send has moved out.
     #[doc(hidden)]
-    pub fn finish(&mut self, ok: bool) -> Result<(), SendError<T>> {
+    pub unsafe fn finish(&mut self, ok: bool) -> Result<(), SendError<T>> {
         self.live = false;
         if ok {
             Ok(())
@@ -395,6 +409,26 @@ pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
     }
 }
 
+/// The impossible "no case chosen" of a select without default (a
+/// function, not `unreachable!`, to keep macro recursion shallow).
+#[doc(hidden)]
+#[cold]
+pub fn __select_none() -> ! {
+    crate::throw::throw("select: no case chosen")
+}
+
+/// Like [`__select`] with a timeout (`default(timeout)`): `usize::MAX` if
+/// no case proceeds within `timeout`. A case ready at once arms no timer;
+/// a parked select arms one timeout entry, which goes stale (inert, and
+/// dropped by the heap's bulk purge) when a case wins first.
+#[doc(hidden)]
+pub fn __select_timeout(cases: &mut [Scase], timeout: std::time::Duration) -> (usize, bool) {
+    match selectgo(cases, true, crate::time::deadline_after(timeout)) {
+        Selected::Case(i, ok) => (i, ok),
+        _ => (usize::MAX, false),
+    }
+}
+
 /// Waits on several channel operations at once; Go's `select`.
 ///
 /// ```
@@ -407,8 +441,30 @@ pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
 /// assert_eq!(v, 7);
 /// ```
 ///
-/// Cases: `recv(rx) -> res => body`, `send(tx, value) -> res => body`,
-/// and an optional `default => body`. `res` is `Result<T, RecvError>` or
+/// crossbeam-channel's forms work too: block arms without commas and a
+/// `default(timeout)` arm.
+///
+/// ```
+/// use std::time::Duration;
+/// let (tx, rx) = goro::chan::<i32>(1);
+/// let idle = goro::never::<i32>(); // a disabled case
+/// tx.send(1).unwrap();
+/// let got = goro::select! {
+///     recv(idle) -> _ => { unreachable!() }
+///     recv(rx) -> v => { v.unwrap() }
+///     default(Duration::from_secs(1)) => { 0 }
+/// };
+/// assert_eq!(got, 1);
+/// ```
+///
+/// Syntax as crossbeam-channel's `select!` (see docs/SELECT.md for the
+/// remaining differences). Cases: `recv(rx) -> res => body`,
+/// `send(tx, value) -> res => body`, and at most one of `default => body`
+/// (do not block) or `default(timeout) => body` (block at most `timeout`, a
+/// `Duration`; runs the body if no case proceeded by then). Arms are
+/// separated by commas; an arm whose body is a block needs none.
+/// [`never()`](crate::never) gives a case that is never ready (a disabled
+/// case, Go's nil channel). `res` is `Result<T, RecvError>` or
 /// `Result<(), SendError<T>>`. Channels are taken by reference; send values
 /// are evaluated up front (as in Go) and dropped if their case is not chosen.
 /// When several cases are ready one is chosen uniformly at random. Without
@@ -418,117 +474,109 @@ pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
 #[macro_export]
 macro_rules! select {
     ($($tt:tt)*) => {
-        $crate::__select_parse!(@cases () @default () $($tt)*)
+        $crate::__select_parse!(@slots () @n (0usize) @default () $($tt)*)
     };
 }
 
+/// The `select!` muncher. One recursion per arm (so a 64-case select stays
+/// within the default `recursion_limit` of 128): each arm binds its
+/// channel reference and typed slot to a fresh hygienic `__slot` (in source
+/// order, as Go evaluates operands) and appends `[slot (index) (pattern)
+/// (body)]` to the accumulator; the last step runs the select and
+/// dispatches with one `match`.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_parse {
-    // recv case, body is a block (comma optional)
-    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
+    // A comma between arms (optional after a block body, as in crossbeam).
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) , $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) $($rest)*)
     };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [recv ($rx) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
-    };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
-    };
-    (@cases ($($c:tt)*) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)* [send ($tx, $val) ($res) ($body)]) @default ($($d)*) $($($rest)*)?)
-    };
-    (@cases ($($c:tt)*) @default () default => $body:block $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)*) @default (($body)) $($($rest)*)?)
-    };
-    (@cases ($($c:tt)*) @default () default => $body:expr $(, $($rest:tt)*)?) => {
-        $crate::__select_parse!(@cases ($($c)*) @default (($body)) $($($rest)*)?)
-    };
-    // done: bind slots with generated names via the index muncher
-    (@cases ($($c:tt)*) @default ($($d:tt)*)) => {
-        $crate::__select_build!(@slots () @n (0usize) @default ($($d)*) $($c)*)
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_build {
-    // Turn each case into (slot ident, constructor, result pattern, body).
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) [recv ($rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_build!(@slots ($($s)* [($n) (recv $rx) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
-    };
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) [send ($tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_build!(@slots ($($s)* [($n) (send $tx, $val) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
-    };
-    (@slots ($([($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ($($d:tt)*)) => {
-        $crate::__select_emit!(@acc () @default ($($d)*) $([($i) ($($op)*) ($res) ($body)])*)
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_emit {
-    // Accumulate one hygienic slot identifier per case.
-    (@acc ($($a:tt)*) @default ($($d:tt)*) [($i:expr) (recv $rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_emit!(@acc ($($a)* [slot ($i) (recv $rx) ($res) ($body)]) @default ($($d)*) $($rest)*)
-    };
-    (@acc ($($a:tt)*) @default ($($d:tt)*) [($i:expr) (send $tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        $crate::__select_emit!(@acc ($($a)* [slot ($i) (send $tx, $val) ($res) ($body)]) @default ($($d)*) $($rest)*)
-    };
-    (@acc ($([$slot:ident ($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) @default ($($d:tt)*)) => {
-        $crate::__select_final!(($($d)*) $([$slot ($i) ($($op)*) ($res) ($body)])*)
-    };
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_final {
-    (($($d:tt)*) $([$slot:ident ($i:expr) ($($op:tt)*) ($res:pat) ($body:expr)])*) => {{
-        $crate::__select_slots!(
-            @bind () ($($d)*) $([($i) ($($op)*) ($res) ($body)])*
-        )
-    }};
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __select_slots {
-    // Bind each slot to a fresh hygienic name (`__slot` per recursion level).
-    (@bind ($($b:tt)*) ($($d:tt)*) [($i:expr) (recv $rx:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {{
+    // recv case, body is a block: no comma needed before the next arm
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
-        $crate::__select_slots!(@bind ($($b)* [__slot ($i) ($res) ($body)]) ($($d)*) $($rest)*)
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
-    (@bind ($($b:tt)*) ($($d:tt)*) [($i:expr) (send $tx:expr, $val:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
+        let __rx = &$rx;
+        let mut __slot = $crate::__private::RecvSlot::new(__rx);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
+        let __rx = &$rx;
+        let mut __slot = $crate::__private::RecvSlot::new(__rx);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
-        $crate::__select_slots!(@bind ($($b)* [__slot ($i) ($res) ($body)]) ($($d)*) $($rest)*)
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
-    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) ()) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
+        let __tx = &$tx;
+        let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
+        let __tx = &$tx;
+        let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
+        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
+    }};
+    // default(timeout): crossbeam's form; runs if nothing is ready in time.
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr) => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((timeout $t) ($body)) $($rest)*)
+    };
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr) => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((timeout $t) ($body)) $($($rest)*)?)
+    };
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default => $body:block $($rest:tt)*) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((now) ($body)) $($rest)*)
+    };
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default => $body:expr $(, $($rest:tt)*)?) => {
+        $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((now) ($body)) $($($rest)*)?)
+    };
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)+) default $($rest:tt)*) => {
+        compile_error!("select!: more than one `default` arm")
+    };
+    // Done: run the select and dispatch.
+    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ()) => {{
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], false);
-        $crate::__select_dispatch!(__idx __ok () $([$slot ($i) ($res) ($body)])*)
+        $crate::__select_dispatch!(__idx __ok ($crate::__private::__select_none()) $([$slot ($i) ($res) ($body)])*)
     }};
-    (@bind ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) (($dbody:expr))) => {{
+    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((now) ($dbody:expr))) => {{
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], true);
-        $crate::__select_dispatch!(__idx __ok (($dbody)) $([$slot ($i) ($res) ($body)])*)
+        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot ($i) ($res) ($body)])*)
     }};
+    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((timeout $t:expr) ($dbody:expr))) => {{
+        let __timeout: ::core::time::Duration = $t;
+        let (__idx, __ok) = $crate::__private::__select_timeout(&mut [$($slot.case()),*], __timeout);
+        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot ($i) ($res) ($body)])*)
+    }};
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) $($rest:tt)+) => {
+        compile_error!(concat!(
+            "select!: expected `recv(rx) -> res => body`, `send(tx, v) -> res => body`, ",
+            "`default => body` or `default(timeout) => body`, found: ",
+            stringify!($($rest)+)
+        ))
+    };
 }
 
+/// Runs the chosen arm's body (or the default body for `usize::MAX`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_dispatch {
-    ($idx:ident $ok:ident ($($d:tt)*) [$slot:ident ($i:expr) ($res:pat) ($body:expr)] $($rest:tt)*) => {
-        if $idx == $i {
-            let $res = $slot.finish($ok);
-            $body
-        } else {
-            $crate::__select_dispatch!($idx $ok ($($d)*) $($rest)*)
+    ($idx:ident $ok:ident ($dbody:expr) $([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) => {
+        match $idx {
+            $(
+                __i if __i == $i => {
+                    // SAFETY: `$i` is the case `__select` chose, reported
+                    // with its `ok`, and this is the only `finish` call on
+                    // the slot.
+                    let $res = unsafe { $slot.finish($ok) };
+                    $body
+                }
+            )*
+            _ => $dbody,
         }
-    };
-    ($idx:ident $ok:ident (($dbody:expr))) => {
-        $dbody
-    };
-    ($idx:ident $ok:ident ()) => {
-        unreachable!("select: no case chosen")
     };
 }

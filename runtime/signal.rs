@@ -166,10 +166,10 @@ fn report_overflow(lo: usize, size: usize) -> ! {
         id,
         " has overflowed its stack (reserved ",
         kib,
-        " KiB)",
+        " KiB); raise it with goro::Builder::stack_size or goro::Config::stack_size",
     ]);
     if let Some(n) = name {
-        crate::throw::write_stderr(&[" [", n, "]"]);
+        crate::throw::write_stderr(&["\ngoroutine ", id, " is named \"", n, "\""]);
     }
     crate::throw::write_stderr(&["\nfatal error: stack overflow\n"]);
     // SAFETY: async-signal-safe termination; SIGABRT is never blocked by us.

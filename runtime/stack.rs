@@ -45,6 +45,17 @@ pub(crate) const HOT_BYTES: usize = 16 << 10;
 /// [`crate::Builder::stack_size`], in bytes (guard page excluded).
 pub const MIN_STACK_SIZE: usize = 64 << 10;
 
+/// Largest stack reservation accepted, in bytes (1 TiB; Go's maximum
+/// goroutine stack is 1 GB, which works). Larger sizes, and sizes that
+/// overflow when rounded to pages or when the guard page is added, make
+/// `spawn` return an `InvalidInput` error instead of mapping anything.
+pub const MAX_STACK_SIZE: usize = 1 << 40;
+
+/// Largest arena mapping: stacks of more than `ARENA_MAX_BYTES /
+/// ARENA_STACKS` get fewer stacks per arena (at least one), so a 1 GiB
+/// stack does not reserve 256 GiB of address space.
+const ARENA_MAX_BYTES: usize = 4 << 30;
+
 /// `MADV_GUARD_INSTALL` (Linux 6.13, include/uapi/asm-generic/mman-common.h).
 const MADV_GUARD_INSTALL: libc::c_int = 102;
 
@@ -111,11 +122,28 @@ static ARENA_END: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MA
 static ARENA_SLOT: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MAX_ARENAS];
 static NARENAS: AtomicUsize = AtomicUsize::new(0);
 
-/// Rounds a requested usable size to whole pages (at least MIN_STACK_SIZE).
-pub(crate) fn round_size(bytes: usize) -> usize {
+/// Rounds a requested usable size to whole pages (at least
+/// MIN_STACK_SIZE). Errors (`InvalidInput`) above [`MAX_STACK_SIZE`], so the
+/// rounding, the guard page and the arena size cannot overflow.
+pub(crate) fn try_round_size(bytes: usize) -> std::io::Result<usize> {
+    if bytes > MAX_STACK_SIZE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "goro: stack size {bytes} bytes is larger than the maximum {MAX_STACK_SIZE} (1 TiB)"
+            ),
+        ));
+    }
     let page = os::page_size();
     let b = bytes.max(MIN_STACK_SIZE);
-    (b + page - 1) & !(page - 1)
+    // Cannot overflow: b <= 1 TiB.
+    Ok((b + page - 1) & !(page - 1))
+}
+
+/// [`try_round_size`] for a size already checked (a validated
+/// [`crate::Config`]); an impossible size saturates to the maximum.
+pub(crate) fn round_size(bytes: usize) -> usize {
+    try_round_size(bytes.min(MAX_STACK_SIZE)).unwrap_or(MAX_STACK_SIZE)
 }
 
 /// Allocates a stack with `size` usable bytes (already rounded by
@@ -170,7 +198,8 @@ pub(crate) fn free(s: Stack) {
 }
 
 fn new_arena(slot: usize) -> std::io::Result<Arena> {
-    let len = slot * ARENA_STACKS;
+    // slot <= MAX_STACK_SIZE + page (round_size), so this cannot overflow.
+    let len = slot * (ARENA_MAX_BYTES / slot).clamp(1, ARENA_STACKS);
     // SAFETY: anonymous private mapping at a kernel-chosen address; no
     // existing memory is affected.
     let p = unsafe {

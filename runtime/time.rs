@@ -1,10 +1,20 @@
-//! Time: `sleep`, `after`, `tick` (Go's time.Sleep, time.After, time.Tick),
-//! all built on the per-P timers (timer.rs). Sleeping parks the goroutine,
-//! never the OS thread; outside a goroutine these block the calling thread.
+//! Time: `sleep`, `after`, `tick`, `Timer`, `Ticker`, `after_func` (Go's
+//! time package), all built on the per-P timers (timer.rs). Sleeping parks
+//! the goroutine, never the OS thread; outside a goroutine it blocks the
+//! calling thread.
+//!
+//! Timers follow Go 1.23 (time/sleep.go, runtime/time.go): timer channels
+//! are never closed; `stop`/`reset` discard a value sent but not received,
+//! so none from before the call is ever received; and a timer nobody can
+//! observe any more is collected before it fires. Each user timer is a
+//! shared `TimerCore` with a generation: `stop`/`reset` bump it, which makes
+//! entries already in a heap stale; stale and unobservable entries are
+//! dropped when they come due or in the heap's bulk purge (timer.rs).
 
-use crate::chan::{chan, Receiver};
+use crate::chan::{senderless, Receiver};
 use crate::g::G;
-use crate::timer::Action;
+use crate::timer::{Action, Kind, TimerCore};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Monotonic deadline `d` from now in ns, or None if it overflows (never).
@@ -37,10 +47,10 @@ fn sleep_commit(gp: *mut G, when: *mut u8) -> bool {
 
 /// Parks the calling goroutine for at least `d` (Go's time.Sleep); other
 /// goroutines run on its M meanwhile. Outside a goroutine, sleeps the
-/// thread. `Duration::MAX` (or any overflowing duration) parks forever.
+/// thread. A zero `d` returns at once without yielding (Go). `Duration::MAX`
+/// (or any overflowing duration) parks forever.
 pub fn sleep(d: Duration) {
     if d.is_zero() {
-        crate::yield_now();
         return;
     }
     if !crate::park::in_goroutine() {
@@ -60,32 +70,206 @@ pub fn sleep(d: Duration) {
     }
 }
 
+/// Ticker period in ns for `d`: at least 1 ns, `i64::MAX` if it overflows.
+fn period_of(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX).max(1)
+}
+
 /// A channel that receives the current time once, after `d` (Go's
-/// time.After). The channel has one buffer slot and is never closed; an
-/// overflowing `d` (e.g. `Duration::MAX`) never fires. The timer stays
-/// armed until it fires even if the receiver is dropped (as in Go ≤ 1.22).
+/// time.After). Never blocks. The channel has one buffer slot and is never
+/// closed, so a second `recv` blocks for ever (as in Go); an overflowing
+/// `d` (e.g. `Duration::MAX`) never fires.
+///
+/// Go 1.23: once every Receiver of the channel is dropped, nothing can
+/// observe the timer and it is released before it fires (lazily, when its
+/// P's timer heap next purges stale entries), so abandoned `after(1h)`
+/// timeouts do not accumulate.
 pub fn after(d: Duration) -> Receiver<Instant> {
-    let (tx, rx) = chan(1);
-    if let Some(when) = deadline_after(d) {
-        add_timer(when, Action::Send { tx, period: 0 });
-    } else {
-        core::mem::forget(tx); // keep the channel open forever
-    }
-    rx
+    let t = Timer::new(d);
+    t.rx
 }
 
 /// A channel that receives the time every `d` (Go's time.Tick): one buffer
 /// slot, first tick after one period, ticks dropped for slow readers. The
-/// ticker stops once every Receiver is dropped. A zero `d` is treated as
-/// 1 ns; an overflowing `d` never ticks.
+/// ticker stops once every Receiver is dropped (Go 1.23 collects it too).
+/// A zero `d` is treated as 1 ns; an overflowing `d` never ticks.
 pub fn tick(d: Duration) -> Receiver<Instant> {
-    let (tx, rx) = chan(1);
-    let period = i64::try_from(d.as_nanos()).unwrap_or(i64::MAX).max(1);
-    match deadline_after(d) {
-        Some(when) => add_timer(when, Action::Send { tx, period }),
-        None => core::mem::forget(tx),
+    let t = Ticker::new(d);
+    t.rx
+}
+
+/// A single-event timer (Go's time.Timer from time.NewTimer): after its
+/// duration the current time is sent on [`receiver`](Timer::receiver), or,
+/// for [`after_func`], a function runs in a new goroutine.
+///
+/// Go 1.23 semantics: after [`stop`](Timer::stop) or
+/// [`reset`](Timer::reset) returns, no value from before the call is ever
+/// received; the channel is never closed; a timer whose handle and
+/// receivers are all dropped is released without firing (an `after_func`
+/// timer still runs its function). The timer lives on a per-P timer heap.
+///
+/// ```
+/// use std::time::Duration;
+/// goro::run(|| {
+///     let t = goro::time::Timer::new(Duration::from_secs(3600));
+///     assert!(t.stop()); // stopped before it fired
+///     assert!(!t.reset(Duration::from_millis(1))); // it was not active
+///     t.receiver().recv().unwrap(); // fires 1 ms after the reset
+/// });
+/// ```
+pub struct Timer {
+    core: Arc<TimerCore>,
+    rx: Receiver<Instant>,
+}
+
+impl Timer {
+    /// A timer that sends the current time on its channel after `d` (Go's
+    /// time.NewTimer). Never blocks; an overflowing `d` never fires.
+    pub fn new(d: Duration) -> Timer {
+        let (c, rx) = senderless::<Instant>(1);
+        let core = TimerCore::new(Kind::Chan(c), 0);
+        core.reset(d, None);
+        Timer { core, rx }
     }
-    rx
+
+    /// The channel on which the time is delivered (Go's `t.C`). For an
+    /// [`after_func`] timer, a channel that never receives.
+    pub fn receiver(&self) -> &Receiver<Instant> {
+        &self.rx
+    }
+
+    /// Prevents the timer from firing (Go's Timer.Stop). Returns `true` if
+    /// this call stopped it: it was armed, or it had fired but its value
+    /// was not received yet (that value is discarded; Go 1.23). Returns
+    /// `false` if it had already been received, run (`after_func`) or
+    /// stopped. Never blocks for long (takes the timer's lock); for
+    /// `after_func`, `false` means `f` has been started in its goroutine,
+    /// which `stop` does not wait for.
+    pub fn stop(&self) -> bool {
+        self.core.stop()
+    }
+
+    /// Changes the timer to fire after `d` from now (Go's Timer.Reset).
+    /// Returns what [`stop`](Timer::stop) would have returned; after it
+    /// returns no value from before the call is received. Also re-arms an
+    /// `after_func` timer that already ran. An overflowing `d` never fires.
+    pub fn reset(&self, d: Duration) -> bool {
+        self.core.reset(d, None)
+    }
+}
+
+impl Timer {
+    /// Test hook (not public API): observes whether the timer's state has
+    /// been released.
+    #[doc(hidden)]
+    pub fn __watch(&self) -> TimerWatch {
+        TimerWatch(Arc::downgrade(&self.core))
+    }
+}
+
+impl Ticker {
+    /// Test hook (not public API): observes whether the ticker's state has
+    /// been released (it stopped and nothing refers to it).
+    #[doc(hidden)]
+    pub fn __watch(&self) -> TimerWatch {
+        TimerWatch(Arc::downgrade(&self.core))
+    }
+}
+
+/// Test hook (not public API): a weak reference to a timer's state.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct TimerWatch(std::sync::Weak<TimerCore>);
+
+impl TimerWatch {
+    /// Whether the timer's state has been freed: no handle and no heap
+    /// entry refer to it any more.
+    pub fn is_released(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer").finish_non_exhaustive()
+    }
+}
+
+/// Calls `f` in a new goroutine after `d` (Go's time.AfterFunc). The
+/// returned [`Timer`] can [`stop`](Timer::stop) it before it runs or
+/// [`reset`](Timer::reset) it (to run `f` again); dropping the Timer does
+/// not cancel it. Its receiver never receives. Never blocks. `f` is `Fn`
+/// because a reset timer may run it more than once, as in Go.
+///
+/// If the goroutine cannot be created when the timer fires (its stack
+/// cannot be mapped), the process aborts with a fatal error, as Go does
+/// when it runs out of memory.
+pub fn after_func<F>(d: Duration, f: F) -> Timer
+where
+    F: Fn() + Send + Sync + 'static,
+{
+    let core = TimerCore::new(Kind::Func(Arc::new(f)), 0);
+    core.reset(d, None);
+    Timer {
+        core,
+        rx: crate::chan::never(),
+    }
+}
+
+/// A ticker (Go's time.Ticker from time.NewTicker): sends the current time
+/// on [`receiver`](Ticker::receiver) every period, the first after one
+/// period; one buffer slot, ticks a slow reader misses are dropped.
+///
+/// Go 1.23 semantics: after [`stop`](Ticker::stop) or
+/// [`reset`](Ticker::reset) returns, no tick from before the call is ever
+/// received; the channel is never closed; a ticker whose handle and
+/// receivers are all dropped stops by itself (no explicit `stop` needed).
+pub struct Ticker {
+    core: Arc<TimerCore>,
+    rx: Receiver<Instant>,
+}
+
+impl Ticker {
+    /// A ticker with period `d` (Go's time.NewTicker). Go panics on a
+    /// non-positive period; here a zero `d` is treated as 1 ns (as
+    /// [`tick`] does) and an overflowing `d` never ticks. Never blocks.
+    pub fn new(d: Duration) -> Ticker {
+        let (c, rx) = senderless::<Instant>(1);
+        let core = TimerCore::new(Kind::Chan(c), period_of(d));
+        core.reset(d, None);
+        Ticker { core, rx }
+    }
+
+    /// The channel on which ticks are delivered (Go's `t.C`).
+    pub fn receiver(&self) -> &Receiver<Instant> {
+        &self.rx
+    }
+
+    /// Turns the ticker off (Go's Ticker.Stop); a buffered tick is
+    /// discarded. The channel is not closed. Never blocks for long.
+    pub fn stop(&self) {
+        self.core.stop();
+    }
+
+    /// Stops the ticker and restarts it with period `d` (Go's
+    /// Ticker.Reset); the next tick arrives after `d`. Zero is treated as
+    /// 1 ns.
+    pub fn reset(&self, d: Duration) {
+        self.core.reset(d, Some(period_of(d)));
+    }
+}
+
+// No user code runs while a timer's lock is held, so a panic cannot leave
+// a timer half-updated: the handles are unwind-safe, like channel ends.
+impl std::panic::UnwindSafe for Timer {}
+impl std::panic::RefUnwindSafe for Timer {}
+impl std::panic::UnwindSafe for Ticker {}
+impl std::panic::RefUnwindSafe for Ticker {}
+
+impl std::fmt::Debug for Ticker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ticker").finish_non_exhaustive()
+    }
 }
 
 /// The current time as seen by the runtime's timers (monotonic).

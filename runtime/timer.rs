@@ -6,11 +6,25 @@
 //! steal round (findRunnable); an M with nothing to do blocks in netpoll until
 //! the earliest timer of all Ps (see sched.rs). Timers do not migrate when a
 //! P goes idle; they move only when a P is destroyed by set_max_procs.
+//!
+//! User timers (`time::Timer`, `Ticker`, `after`, `tick`, `after_func`)
+//! follow Go 1.23 (runtime/time.go, time/sleep.go): each is a shared
+//! `TimerCore` whose generation `stop`/`reset` bump; a heap entry carries
+//! the generation it was armed with and does nothing if it is behind.
+//! Nothing is ever deleted from a heap eagerly. An entry that can have no
+//! effect — a stale generation, a select timeout whose wait completed, or a
+//! channel timer none of whose Receivers is left (nobody can observe it) —
+//! is dropped when it comes due, or earlier by the bulk purge that runs
+//! whenever a heap has doubled, so abandoned `after(1h)` timers do not hold
+//! memory. `stop`/`reset` also discard a value sent but not received
+//! (under the timer's lock, which a firing entry must take too), so no
+//! value from before the call is ever received.
 
-use crate::chan::Sender;
+use crate::chan::Hchan;
 use crate::g::G;
-use core::sync::atomic::{AtomicI64, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// What a timer does when it fires. Runs on g0 with a P, or on sysmon.
@@ -20,9 +34,198 @@ pub(crate) enum Action {
     /// Time out a goroutine's select/timed wait of generation `seq`, if no
     /// channel completed it first (see `G::selgen`).
     SelTimeout { gp: *mut G, seq: u64 },
-    /// Send the current time without blocking (Go's sendTime); with
-    /// `period > 0` re-arm, dropping ticks a slow reader missed.
-    Send { tx: Sender<Instant>, period: i64 },
+    /// Fire a user timer (`time::Timer`, `Ticker`, `after`, `tick`,
+    /// `after_func`) if it is still armed at generation `gen`: a `stop` or
+    /// `reset` since this entry was queued bumped the generation and made
+    /// the entry stale (Go 1.23 deletes lazily too).
+    User { t: Arc<TimerCore>, gen: u64 },
+}
+
+/// What a user timer does when it fires.
+pub(crate) enum Kind {
+    /// Send the current time on this channel without blocking (Go's
+    /// sendTime). The core holds the channel's only "sender": the channel's
+    /// sender count is never decremented, so it is never closed (Go never
+    /// closes a timer channel), and it is freed once the receivers and the
+    /// core are gone.
+    Chan(Arc<Hchan>),
+    /// Run the function in a new goroutine (Go's AfterFunc / goFunc).
+    Func(Arc<dyn Fn() + Send + Sync>),
+}
+
+/// The shared state of one user timer (Go 1.23's `timer` struct for a
+/// chan or func timer). The handle (`time::Timer`, `time::Ticker`) and
+/// every heap entry for it hold an `Arc`.
+///
+/// Lock order: `st` before the channel's lock (`stop` drains the buffer
+/// while holding `st`; `fire` sends while holding it). Heap entries are
+/// added after `st` is released (an add may purge and drop other timers).
+/// Nothing takes `st` while holding a heap or channel lock, and no user code
+/// runs while `st` is held.
+pub(crate) struct TimerCore {
+    /// Generation of the entry that may fire. Written only under `st`;
+    /// read racily (Relaxed) by the heap purge, which only drops entries
+    /// whose generation is already behind: generations only grow, so a
+    /// stale read can only keep an entry one more round, never drop a
+    /// live one.
+    gen: AtomicU64,
+    st: Mutex<TimerState>,
+    kind: Kind,
+}
+
+struct TimerState {
+    /// An entry of generation `gen` is in some heap (or the deadline
+    /// overflowed: armed but never due).
+    armed: bool,
+    /// Ticker period in ns; 0 for a one-shot timer.
+    period: i64,
+}
+
+impl TimerCore {
+    /// A new, unarmed timer.
+    pub(crate) fn new(kind: Kind, period: i64) -> Arc<TimerCore> {
+        Arc::new(TimerCore {
+            gen: AtomicU64::new(0),
+            st: Mutex::new(TimerState {
+                armed: false,
+                period,
+            }),
+            kind,
+        })
+    }
+
+    /// Whether a heap entry of generation `gen` can have any effect: its
+    /// generation is current and someone can still observe it (a func
+    /// timer always can; a channel timer only while a Receiver exists).
+    fn observable(&self, gen: u64) -> bool {
+        if self.gen.load(Ordering::Relaxed) != gen {
+            return false;
+        }
+        match &self.kind {
+            Kind::Chan(c) => c.has_receivers(),
+            Kind::Func(_) => true,
+        }
+    }
+
+    /// Disarms the timer and discards a value sent but not yet received
+    /// (Go 1.23's Stop). Returns whether it was active: armed, or fired
+    /// with its value still unreceived (one-shot timers only).
+    pub(crate) fn stop(&self) -> bool {
+        let mut st = self.st.lock();
+        self.disarm_locked(&mut st)
+    }
+
+    fn disarm_locked(&self, st: &mut TimerState) -> bool {
+        let mut active = st.armed;
+        st.armed = false;
+        // Relaxed: written under `st`; see the field's comment.
+        self.gen.fetch_add(1, Ordering::Relaxed);
+        if let Kind::Chan(c) = &self.kind {
+            // After this no stale value can be received: a fire must take
+            // `st` to send, and it will see the new generation.
+            let dropped = c.clear_buffer();
+            if dropped > 0 && st.period == 0 {
+                active = true;
+            }
+        }
+        active
+    }
+
+    /// Re-arms the timer to fire after `d` (a ticker: every `d`), as Go
+    /// 1.23's Reset: stops it first (no value from before is ever
+    /// received), then arms a fresh generation on the current P. Returns
+    /// what `stop` would have.
+    pub(crate) fn reset(self: &Arc<Self>, d: std::time::Duration, period: Option<i64>) -> bool {
+        let mut st = self.st.lock();
+        let active = self.disarm_locked(&mut st);
+        if let Some(p) = period {
+            st.period = p;
+        }
+        st.armed = true;
+        // Relaxed: `gen` is only written under `st`, which we hold.
+        let gen = self.gen.load(Ordering::Relaxed);
+        drop(st);
+        // The entry is added after `st` is released: adding may purge the
+        // heap and drop other timers (and their closures). If a stop or
+        // reset slips in between, this entry is simply stale.
+        if let Some(when) = crate::time::deadline_after(d) {
+            crate::time::add_timer(
+                when,
+                Action::User {
+                    t: self.clone(),
+                    gen,
+                },
+            );
+        }
+        active
+    }
+
+    /// Runs the timer's action for the heap entry of generation `gen` that
+    /// was due at `when`; re-arms a ticker on `timers`. On g0 with a P, or
+    /// on a thread without one; never on a user G.
+    fn fire(self: &Arc<Self>, gen: u64, when: i64, now: i64, timers: &Timers) {
+        let mut st = self.st.lock();
+        // Relaxed: `gen` is only written under `st`, which we hold.
+        if !st.armed || self.gen.load(Ordering::Relaxed) != gen {
+            return; // stopped or reset since this entry was queued
+        }
+        match &self.kind {
+            Kind::Chan(c) => {
+                if !c.has_receivers() {
+                    // Nobody can observe it: a ticker stops here.
+                    st.armed = false;
+                    return;
+                }
+                send_time(c);
+                if st.period > 0 {
+                    // Go: when + period*(1 + (now-when)/period); ticks a
+                    // slow reader missed are dropped (the buffer is full).
+                    let period = st.period;
+                    let next =
+                        when.saturating_add(period.saturating_mul(1 + (now - when) / period));
+                    drop(st); // see `reset`: add without holding `st`
+                    let t = self.clone();
+                    timers.add(next, Action::User { t, gen });
+                } else {
+                    st.armed = false;
+                }
+            }
+            Kind::Func(f) => {
+                st.armed = false;
+                let f = f.clone();
+                drop(st);
+                if let Err(e) = crate::proc::spawn_with(move || f(), None, None) {
+                    crate::throw::throwf(format_args!("time.AfterFunc: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// Drops a heap entry's reference to a user timer. If it is the last one
+/// of an `after_func` timer (stopped, its handle dropped), dropping it runs
+/// the user's closure's destructor, which may block on goro objects; off a
+/// goroutine (on g0, where timers run) that is done in a new goroutine.
+/// (Racy: if the handle is dropped at the same moment, the destructor may
+/// still run here; it then must not park, like any code on g0.)
+fn release(t: Arc<TimerCore>) {
+    if matches!(t.kind, Kind::Func(_)) && Arc::strong_count(&t) == 1 && !crate::park::in_goroutine()
+    {
+        // On failure the closure, and `t` with it, is dropped here anyway.
+        let _ = crate::proc::spawn_with(move || drop(t), None, None);
+        return;
+    }
+    drop(t);
+}
+
+/// Non-blocking send of the current time on a timer channel (Go's
+/// sendTime); a full buffer drops the value (a ticker's slow reader).
+fn send_time(c: &Hchan) {
+    let now = core::mem::MaybeUninit::new(Instant::now());
+    // SAFETY: `c` is a channel of Instant (built by time.rs) and `now` an
+    // initialised Instant; Instant is Copy, so whether it is moved out or
+    // not nothing needs dropping.
+    let _ = unsafe { c.send(now.as_ptr().cast(), false) };
 }
 
 // SAFETY: the G pointer is a handle owned by the timer until it fires.
@@ -51,17 +254,23 @@ struct Heap {
 const PURGE_MIN: usize = 1024;
 
 impl Timer {
-    /// A select/timed-wait timeout whose wait already completed (its G has
-    /// moved to another generation): firing it would do nothing.
+    /// Firing this timer would do nothing: a select/timed-wait timeout
+    /// whose wait already completed (its G has moved to another
+    /// generation), or a user timer stopped or reset since (an old
+    /// generation) or that nobody can observe (its channel has no Receiver
+    /// left; Go 1.23 collects such timers too).
     fn is_stale(&self) -> bool {
-        match self.action {
+        match &self.action {
             Action::SelTimeout { gp, seq } => {
                 // SAFETY: Gs are never freed; a racy read only decides
                 // whether to drop a timer whose CAS would fail anyway
                 // (generations only grow, so stale stays stale).
-                unsafe { (*gp).selgen.load(Ordering::Relaxed) != 2 * seq }
+                unsafe { (**gp).selgen.load(Ordering::Relaxed) != 2 * seq }
             }
-            _ => false,
+            // Racy but safe: generations only grow and a channel's last
+            // Receiver never comes back, so stale stays stale.
+            Action::User { t, gen } => !t.observable(*gen),
+            Action::Ready(_) => false,
         }
     }
 }
@@ -95,13 +304,23 @@ impl Timers {
 
     /// Adds a timer; returns true if it is now the earliest.
     pub(crate) fn add(&self, when: i64, action: Action) -> bool {
+        // A runtime critical section while the heap lock is held (Go's
+        // lock()): never preempted asynchronously with it.
+        let _ml = crate::m::MLock::new();
         let mut h = self.heap.lock();
+        let mut purged = Vec::new();
         if h.t.len() >= h.purge_at {
-            // Timeouts of waits that completed early are never deleted
-            // eagerly (no cancellation on the hot path); drop them in bulk
-            // whenever the heap has doubled, so it stays within about twice
-            // the live timers (amortised O(1) per add).
-            h.t.retain(|t| !t.is_stale());
+            // Timeouts of waits that completed early, and user timers that
+            // were stopped, reset or dropped, are never deleted eagerly (no
+            // cancellation on the hot path); drop them in bulk whenever the
+            // heap has doubled, so it stays within about twice the live
+            // timers (amortised O(1) per add). Their drops (which may free
+            // channels) run after the heap lock is released.
+            let all = std::mem::take(&mut h.t);
+            let (stale, live): (Vec<Timer>, Vec<Timer>) =
+                all.into_iter().partition(|t| t.is_stale());
+            h.t = live;
+            purged = stale;
             for i in (0..h.t.len() / 4 + 1).rev() {
                 sift_down(&mut h.t, i);
             }
@@ -114,7 +333,18 @@ impl Timers {
         sift_up(&mut h.t, i);
         let first = h.t[0].seq == seq;
         self.timer0_when.store(h.t[0].when, Ordering::Relaxed);
+        drop(h);
+        for t in purged {
+            if let Action::User { t, .. } = t.action {
+                release(t);
+            }
+        }
         first
+    }
+
+    /// Timers in this heap (live or stale), for tests and introspection.
+    pub(crate) fn len(&self) -> usize {
+        self.heap.lock().t.len()
     }
 
     /// Pops the earliest timer if it is due at `now`.
@@ -174,16 +404,9 @@ impl Timers {
                         crate::park::goready(gp);
                     }
                 }
-                Action::Send { tx, period } => {
-                    let _ = tx.try_send(Instant::now());
-                    if period > 0 && !tx.is_closed() {
-                        // Go: when + period*(1 + (now-when)/period).
-                        let delta = now - t.when;
-                        let when = t
-                            .when
-                            .saturating_add(period.saturating_mul(1 + delta / period));
-                        self.add(when, Action::Send { tx, period });
-                    }
+                Action::User { t: core, gen } => {
+                    core.fire(gen, t.when, now, self);
+                    release(core);
                 }
             }
         }
@@ -255,6 +478,55 @@ mod tests {
             assert!(h.t[(i - 1) / 4].key() <= h.t[i].key());
         }
         h.t.clear();
+    }
+
+    #[test]
+    fn unobservable_and_stale_user_timers_are_purged() {
+        let timers = Timers::new();
+        // A live timer: its Receiver is kept.
+        let (c, live_rx) = crate::chan::senderless::<Instant>(1);
+        let live = TimerCore::new(Kind::Chan(c), 0);
+        timers.add(
+            1_000,
+            Action::User {
+                t: live.clone(),
+                gen: 0,
+            },
+        );
+        // 10,000 timers whose only Receiver was dropped, and 10,000 stale
+        // generations of one timer (stopped/reset since).
+        let stale = {
+            let (c, _rx) = crate::chan::senderless::<Instant>(1);
+            TimerCore::new(Kind::Chan(c), 0)
+        };
+        let kept_rx = {
+            let (c, rx) = crate::chan::senderless::<Instant>(1);
+            let t = TimerCore::new(Kind::Chan(c), 0);
+            for gen in 0..10_000u64 {
+                t.gen.store(gen + 1, Ordering::Relaxed);
+                timers.add(i64::MAX - 1, Action::User { t: t.clone(), gen });
+            }
+            rx
+        };
+        for _ in 0..10_000 {
+            let (c, rx) = crate::chan::senderless::<Instant>(1);
+            drop(rx);
+            timers.add(
+                i64::MAX - 1,
+                Action::User {
+                    t: TimerCore::new(Kind::Chan(c), 0),
+                    gen: 0,
+                },
+            );
+        }
+        let n = timers.len();
+        assert!(
+            n < 2 * PURGE_MIN,
+            "unobservable/stale user timers kept: {n}"
+        );
+        assert_eq!(timers.next_when(), 1_000, "the live timer must survive");
+        drop((stale, kept_rx, live_rx));
+        timers.heap.lock().t.clear();
     }
 
     #[test]

@@ -837,3 +837,121 @@ fn process_exits_with_goroutines_still_alive() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
 }
+
+// ---------------------------------------------------------------------------
+// Rust conventions: auto traits, Debug, crossbeam-compatible helpers.
+
+/// Static assertions: channel ends are unwind-safe (`catch_unwind(|| tx.send(1))`
+/// compiles), goro's Mutex/RwLock are RefUnwindSafe like std's, JoinHandle<T>
+/// is Send + Sync for any T: Send (here a !Sync T), and every public type
+/// implements Debug.
+#[test]
+fn auto_traits_and_debug() {
+    use std::panic::{RefUnwindSafe, UnwindSafe};
+    fn unwind_safe<T: UnwindSafe + RefUnwindSafe>() {}
+    fn send_sync<T: Send + Sync>() {}
+    fn debug<T: std::fmt::Debug>() {}
+    unwind_safe::<goro::Sender<i32>>();
+    unwind_safe::<goro::Receiver<i32>>();
+    unwind_safe::<goro::Sender<std::cell::Cell<i32>>>();
+    unwind_safe::<goro::time::Timer>();
+    unwind_safe::<goro::time::Ticker>();
+    fn ref_unwind_safe<T: RefUnwindSafe>() {}
+    ref_unwind_safe::<goro::sync::Mutex<std::cell::Cell<i32>>>();
+    ref_unwind_safe::<goro::sync::Mutex<i32>>();
+    ref_unwind_safe::<goro::sync::RwLock<i32>>();
+    send_sync::<goro::JoinHandle<std::cell::Cell<i32>>>();
+    send_sync::<goro::JoinHandle<i32>>();
+    send_sync::<goro::time::Timer>();
+    send_sync::<goro::time::Ticker>();
+    debug::<goro::Iter<'static, i32>>();
+    debug::<goro::IntoIter<i32>>();
+    debug::<goro::TryIter<'static, i32>>();
+    debug::<goro::SyscallGuard>();
+    debug::<goro::JoinHandle<i32>>();
+    debug::<goro::Builder>();
+    debug::<goro::time::Timer>();
+    debug::<goro::time::Ticker>();
+    debug::<goro::Sender<i32>>();
+    debug::<goro::Receiver<i32>>();
+    debug::<goro::SendError<i32>>();
+    debug::<goro::TrySendError<i32>>();
+    debug::<goro::SendTimeoutError<i32>>();
+    debug::<goro::Error>();
+
+    // The motivating case: compiles without AssertUnwindSafe.
+    let (tx, rx) = chan::<i32>(1);
+    assert!(std::panic::catch_unwind(|| tx.send(1)).unwrap().is_ok());
+    assert_eq!(std::panic::catch_unwind(|| rx.recv()).unwrap(), Ok(1));
+    let m = goro::sync::Mutex::new(5);
+    assert_eq!(std::panic::catch_unwind(|| *m.lock()).unwrap(), 5);
+    let (_tx, rx) = chan::<i32>(1);
+    let s = format!("{:?} {:?}", rx.iter(), rx.try_iter());
+    assert!(s.contains("Iter"), "{s}");
+    assert!(format!("{:?}", rx.into_iter()).contains("IntoIter"));
+}
+
+/// try_iter yields what is available now and stops without blocking;
+/// is_full on both ends; SendError::into_inner; From conversions as
+/// crossbeam has them; Error::source.
+#[test]
+fn crossbeam_style_helpers() {
+    let (tx, rx) = chan::<i32>(3);
+    assert!(!tx.is_full() && !rx.is_full());
+    for i in 0..3 {
+        tx.send(i).unwrap();
+    }
+    assert!(tx.is_full() && rx.is_full());
+    assert_eq!(rx.try_iter().collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(rx.try_iter().next(), None, "try_iter must not block");
+    tx.send(9).unwrap();
+    tx.close();
+    assert_eq!(rx.try_iter().collect::<Vec<_>>(), vec![9]);
+    let (utx, urx) = chan::<i32>(0);
+    assert!(utx.is_full() && urx.is_full(), "unbuffered: no buffer room");
+
+    let e = SendError(7);
+    assert_eq!(e.into_inner(), 7);
+    let t: TrySendError<i32> = SendError(1).into();
+    assert!(matches!(t, TrySendError::Closed(1)) && t.is_closed() && !t.is_full());
+    let t: SendTimeoutError<i32> = SendError(2).into();
+    assert!(matches!(t, SendTimeoutError::Closed(2)) && t.is_closed());
+    let t: TryRecvError = RecvError.into();
+    assert_eq!(t, TryRecvError::Closed);
+    assert!(t.is_closed() && !t.is_empty());
+    let t: RecvTimeoutError = RecvError.into();
+    assert_eq!(t, RecvTimeoutError::Closed);
+    assert!(t.is_closed() && !t.is_timeout());
+
+    use std::error::Error as _;
+    let io = goro::Error::Io(std::io::Error::other("epoll"));
+    assert_eq!(io.source().map(|s| s.to_string()).as_deref(), Some("epoll"));
+    assert!(goro::Error::AlreadyRunning.source().is_none());
+    assert!(RecvError.source().is_none());
+}
+
+/// chan with a capacity whose buffer cannot exist panics with "makechan:
+/// size out of range", catchable by catch_unwind (never an abort), from a
+/// plain thread and from a goroutine.
+#[test]
+fn impossible_channel_capacity_panics() {
+    fn check(from: &str) {
+        for cap in [usize::MAX, usize::MAX / 8 + 1, 1 << 62] {
+            let r = std::panic::catch_unwind(|| chan::<u64>(cap));
+            let msg = match r {
+                Ok(_) => panic!("{from}: chan::<u64>({cap}) succeeded"),
+                Err(p) => panic_message(&*p),
+            };
+            assert!(
+                msg.contains("makechan: size out of range"),
+                "{from}: chan::<u64>({cap}) panicked with {msg:?}"
+            );
+        }
+        // Zero-sized elements need no buffer: any capacity works.
+        let (tx, rx) = chan::<()>(usize::MAX);
+        tx.send(()).unwrap();
+        assert_eq!(rx.len(), 1);
+    }
+    check("test thread");
+    run(|| check("goroutine"));
+}

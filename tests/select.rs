@@ -706,3 +706,460 @@ fn select_on_plain_thread() {
     assert_eq!(t.join().unwrap(), (0..100).sum::<i32>());
     h.join().unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// crossbeam-channel syntax, default(timeout), never(), many cases.
+
+/// Arms whose body is a block need no comma before the next arm (as in
+/// crossbeam-channel); commas after blocks and after the last arm are
+/// still accepted, and expression arms keep theirs.
+#[test]
+fn select_commaless_block_arms() {
+    run(|| {
+        let (tx1, rx1) = chan::<i32>(1);
+        let (tx2, rx2) = chan::<&'static str>(1);
+        let (tx3, _rx3) = chan::<u8>(0);
+        tx2.send("b").unwrap();
+        let got = goro::select! {
+            recv(rx1) -> v => { format!("a{}", v.unwrap()) }
+            recv(rx2) -> w => { w.unwrap().to_string() }
+            send(tx3, 1) -> _r => { "sent".to_string() }
+        };
+        assert_eq!(got, "b");
+        tx1.send(7).unwrap();
+        let got = goro::select! {
+            recv(rx1) -> v => { v.unwrap() }
+            recv(rx2) -> _w => { -1 },
+            default => { -2 }
+        };
+        assert_eq!(got, 7);
+        let got = goro::select! {
+            recv(rx1) -> v => v.unwrap(),
+            recv(rx2) -> _w => { -1 }
+            default => -2,
+        };
+        assert_eq!(got, -2);
+        // A block arm as the last arm, then a default(timeout) block.
+        let got = goro::select! {
+            recv(rx1) -> _v => { 1 }
+            default(Duration::from_millis(1)) => { 2 }
+        };
+        assert_eq!(got, 2);
+        drop(tx1);
+        drop(tx2);
+    });
+}
+
+/// default(timeout): runs if no case is ready within the timeout (no
+/// earlier), and a case that becomes ready in time wins.
+#[test]
+fn select_default_timeout_both_ways() {
+    run(|| {
+        let (tx, rx) = chan::<i32>(0);
+        let d = Duration::from_millis(30);
+        let start = Instant::now();
+        let r = goro::select! {
+            recv(rx) -> _v => { panic!("nothing was sent") }
+            default(d) => { "timeout" }
+        };
+        assert_eq!(r, "timeout");
+        assert!(start.elapsed() >= d, "default(timeout) ran early");
+
+        // A sender arrives while the select is parked: the case wins.
+        let (ready_tx, ready_rx) = chan::<()>(0);
+        let h = goro::spawn(move || {
+            ready_rx.recv().unwrap();
+            tx.send(5).unwrap();
+            tx
+        });
+        let r = goro::select! {
+            recv(rx) -> v => { v.unwrap() }
+            send(ready_tx, ()) -> _s => { -1 }
+            default(Duration::from_secs(60)) => { -2 }
+        };
+        assert_eq!(r, -1, "the send to the helper is the only ready case");
+        let r = goro::select! {
+            recv(rx) -> v => { v.unwrap() }
+            default(Duration::from_secs(60)) => { -2 }
+        };
+        assert_eq!(r, 5);
+        let tx = h.join().unwrap();
+
+        // Ready at once: the case wins even with a zero timeout.
+        let (btx, brx) = chan::<i32>(1);
+        btx.send(9).unwrap();
+        let r = goro::select! {
+            recv(brx) -> v => { v.unwrap() }
+            default(Duration::ZERO) => { -2 }
+        };
+        assert_eq!(r, 9);
+        // Duration::MAX means no timeout.
+        let h = goro::spawn(move || tx.send(6).unwrap());
+        let r = goro::select! {
+            recv(rx) -> v => { v.unwrap() }
+            default(Duration::MAX) => { -2 }
+        };
+        assert_eq!(r, 6);
+        h.join().unwrap();
+    });
+}
+
+/// A select with default(timeout) whose case wins leaves no live timer: the
+/// timer heaps do not grow with the number of such selects (a parked one's
+/// timeout entry goes stale and is purged).
+#[test]
+fn select_default_timeout_leaves_no_timers() {
+    run(|| {
+        let (tx, rx) = chan::<usize>(1);
+        for i in 0..scale(20_000) {
+            tx.send(i).unwrap();
+            let v = goro::select! {
+                recv(rx) -> v => { v.unwrap() }
+                default(Duration::from_secs(3600)) => { usize::MAX }
+            };
+            assert_eq!(v, i);
+        }
+        let (utx, urx) = chan::<usize>(0);
+        let h = goro::spawn(move || {
+            for i in 0..scale(5_000) {
+                utx.send(i).unwrap();
+            }
+        });
+        for i in 0..scale(5_000) {
+            let v = goro::select! {
+                recv(urx) -> v => { v.unwrap() }
+                default(Duration::from_secs(3600)) => { usize::MAX }
+            };
+            assert_eq!(v, i);
+        }
+        h.join().unwrap();
+        let pending = goro::__private::timers_pending();
+        assert!(pending < 20_000, "{pending} timers pending");
+    });
+}
+
+/// never() is a case that is never ready (a disabled case): it never wins
+/// against a ready case, select falls to default or times out, and it is
+/// not closed.
+#[test]
+fn select_never_is_disabled_case() {
+    run(|| {
+        let nv = goro::never::<i32>();
+        assert!(!nv.is_closed());
+        assert!(matches!(nv.try_recv(), Err(goro::TryRecvError::Empty)));
+        let (tx, rx) = chan::<i32>(1);
+        for i in 0..200 {
+            tx.send(i).unwrap();
+            let v = goro::select! {
+                recv(nv) -> _v => { panic!("never() was ready") }
+                recv(rx) -> v => { v.unwrap() }
+            };
+            assert_eq!(v, i);
+        }
+        let r = goro::select! {
+            recv(nv) -> _v => { 1 }
+            default => { 2 }
+        };
+        assert_eq!(r, 2);
+        let r = goro::select! {
+            recv(goro::never::<String>()) -> _v => { 1 }
+            default(Duration::from_millis(5)) => { 2 }
+        };
+        assert_eq!(r, 2);
+        assert!(matches!(
+            nv.recv_timeout(Duration::from_millis(5)),
+            Err(goro::RecvTimeoutError::Timeout)
+        ));
+    });
+}
+
+/// A select! over 9 receive cases (generated arms).
+fn select9(rxs: &[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>) {
+    assert_eq!(rxs.len(), 9);
+    goro::select! {
+        recv(rxs[0]) -> v => (0usize, v),
+        recv(rxs[1]) -> v => (1usize, v),
+        recv(rxs[2]) -> v => (2usize, v),
+        recv(rxs[3]) -> v => (3usize, v),
+        recv(rxs[4]) -> v => (4usize, v),
+        recv(rxs[5]) -> v => (5usize, v),
+        recv(rxs[6]) -> v => (6usize, v),
+        recv(rxs[7]) -> v => (7usize, v),
+        recv(rxs[8]) -> v => (8usize, v),
+    }
+}
+
+/// A select! over 17 receive cases (generated arms).
+fn select17(rxs: &[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>) {
+    assert_eq!(rxs.len(), 17);
+    goro::select! {
+        recv(rxs[0]) -> v => (0usize, v),
+        recv(rxs[1]) -> v => (1usize, v),
+        recv(rxs[2]) -> v => (2usize, v),
+        recv(rxs[3]) -> v => (3usize, v),
+        recv(rxs[4]) -> v => (4usize, v),
+        recv(rxs[5]) -> v => (5usize, v),
+        recv(rxs[6]) -> v => (6usize, v),
+        recv(rxs[7]) -> v => (7usize, v),
+        recv(rxs[8]) -> v => (8usize, v),
+        recv(rxs[9]) -> v => (9usize, v),
+        recv(rxs[10]) -> v => (10usize, v),
+        recv(rxs[11]) -> v => (11usize, v),
+        recv(rxs[12]) -> v => (12usize, v),
+        recv(rxs[13]) -> v => (13usize, v),
+        recv(rxs[14]) -> v => (14usize, v),
+        recv(rxs[15]) -> v => (15usize, v),
+        recv(rxs[16]) -> v => (16usize, v),
+    }
+}
+
+/// A select! over 64 receive cases (generated arms).
+fn select64(rxs: &[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>) {
+    assert_eq!(rxs.len(), 64);
+    goro::select! {
+        recv(rxs[0]) -> v => (0usize, v),
+        recv(rxs[1]) -> v => (1usize, v),
+        recv(rxs[2]) -> v => (2usize, v),
+        recv(rxs[3]) -> v => (3usize, v),
+        recv(rxs[4]) -> v => (4usize, v),
+        recv(rxs[5]) -> v => (5usize, v),
+        recv(rxs[6]) -> v => (6usize, v),
+        recv(rxs[7]) -> v => (7usize, v),
+        recv(rxs[8]) -> v => (8usize, v),
+        recv(rxs[9]) -> v => (9usize, v),
+        recv(rxs[10]) -> v => (10usize, v),
+        recv(rxs[11]) -> v => (11usize, v),
+        recv(rxs[12]) -> v => (12usize, v),
+        recv(rxs[13]) -> v => (13usize, v),
+        recv(rxs[14]) -> v => (14usize, v),
+        recv(rxs[15]) -> v => (15usize, v),
+        recv(rxs[16]) -> v => (16usize, v),
+        recv(rxs[17]) -> v => (17usize, v),
+        recv(rxs[18]) -> v => (18usize, v),
+        recv(rxs[19]) -> v => (19usize, v),
+        recv(rxs[20]) -> v => (20usize, v),
+        recv(rxs[21]) -> v => (21usize, v),
+        recv(rxs[22]) -> v => (22usize, v),
+        recv(rxs[23]) -> v => (23usize, v),
+        recv(rxs[24]) -> v => (24usize, v),
+        recv(rxs[25]) -> v => (25usize, v),
+        recv(rxs[26]) -> v => (26usize, v),
+        recv(rxs[27]) -> v => (27usize, v),
+        recv(rxs[28]) -> v => (28usize, v),
+        recv(rxs[29]) -> v => (29usize, v),
+        recv(rxs[30]) -> v => (30usize, v),
+        recv(rxs[31]) -> v => (31usize, v),
+        recv(rxs[32]) -> v => (32usize, v),
+        recv(rxs[33]) -> v => (33usize, v),
+        recv(rxs[34]) -> v => (34usize, v),
+        recv(rxs[35]) -> v => (35usize, v),
+        recv(rxs[36]) -> v => (36usize, v),
+        recv(rxs[37]) -> v => (37usize, v),
+        recv(rxs[38]) -> v => (38usize, v),
+        recv(rxs[39]) -> v => (39usize, v),
+        recv(rxs[40]) -> v => (40usize, v),
+        recv(rxs[41]) -> v => (41usize, v),
+        recv(rxs[42]) -> v => (42usize, v),
+        recv(rxs[43]) -> v => (43usize, v),
+        recv(rxs[44]) -> v => (44usize, v),
+        recv(rxs[45]) -> v => (45usize, v),
+        recv(rxs[46]) -> v => (46usize, v),
+        recv(rxs[47]) -> v => (47usize, v),
+        recv(rxs[48]) -> v => (48usize, v),
+        recv(rxs[49]) -> v => (49usize, v),
+        recv(rxs[50]) -> v => (50usize, v),
+        recv(rxs[51]) -> v => (51usize, v),
+        recv(rxs[52]) -> v => (52usize, v),
+        recv(rxs[53]) -> v => (53usize, v),
+        recv(rxs[54]) -> v => (54usize, v),
+        recv(rxs[55]) -> v => (55usize, v),
+        recv(rxs[56]) -> v => (56usize, v),
+        recv(rxs[57]) -> v => (57usize, v),
+        recv(rxs[58]) -> v => (58usize, v),
+        recv(rxs[59]) -> v => (59usize, v),
+        recv(rxs[60]) -> v => (60usize, v),
+        recv(rxs[61]) -> v => (61usize, v),
+        recv(rxs[62]) -> v => (62usize, v),
+        recv(rxs[63]) -> v => (63usize, v),
+    }
+}
+
+/// One of the generated many-case selects.
+type Select = fn(&[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>);
+
+/// Selects over 9, 17 and 64 cases (past the on-stack sudog array and the
+/// on-stack order buffers): a send on any one channel wakes the parked
+/// select with that case, and so does a close (Err) of any one while it is
+/// parked; the other cases are dequeued (later sends are not lost to them).
+#[test]
+fn select_many_cases_parked() {
+    run(|| {
+        let sel: [(usize, Select); 3] = [(9, select9), (17, select17), (64, select64)];
+        for &(n, f) in &sel {
+            for round in 0..scale(40) {
+                let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| chan::<u64>(0)).unzip();
+                let k = (round * 7 + 3) % n;
+                let close = round % 2 == 1;
+                let (go_tx, go_rx) = chan::<()>(0);
+                let txs2 = txs.clone();
+                let h = goro::spawn(move || {
+                    go_rx.recv().unwrap();
+                    // Give the select time to park (correct either way).
+                    let_others_run();
+                    if close {
+                        txs2[k].close();
+                    } else {
+                        txs2[k].send(100 + k as u64).unwrap();
+                    }
+                });
+                go_tx.send(()).unwrap();
+                let (i, v) = f(&rxs);
+                assert_eq!(i, k, "{n} cases: woke on case {i}, expected {k}");
+                if close {
+                    assert_eq!(v, Err(RecvError), "{n} cases: closed case");
+                } else {
+                    assert_eq!(v, Ok(100 + k as u64));
+                }
+                h.join().unwrap();
+                // Every other channel's queue is clean: a plain send with a
+                // receiver waiting goes through to that receiver.
+                let j = (k + 1) % n;
+                let rx = rxs[j].clone();
+                let h = goro::spawn(move || rx.recv().unwrap());
+                txs[j].send(7).unwrap();
+                assert_eq!(h.join().unwrap(), 7);
+            }
+        }
+    });
+}
+
+/// 120 block arms without commas compile with the default recursion limit
+/// (the limit docs/SELECT.md states), and one of them is chosen.
+#[test]
+fn select_120_commaless_arms() {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..120).map(|_| chan::<u64>(1)).unzip();
+    txs[119].send(5).unwrap();
+    let (i, v) = goro::select! {
+        recv(rxs[0]) -> v => { (0usize, v) }
+        recv(rxs[1]) -> v => { (1usize, v) }
+        recv(rxs[2]) -> v => { (2usize, v) }
+        recv(rxs[3]) -> v => { (3usize, v) }
+        recv(rxs[4]) -> v => { (4usize, v) }
+        recv(rxs[5]) -> v => { (5usize, v) }
+        recv(rxs[6]) -> v => { (6usize, v) }
+        recv(rxs[7]) -> v => { (7usize, v) }
+        recv(rxs[8]) -> v => { (8usize, v) }
+        recv(rxs[9]) -> v => { (9usize, v) }
+        recv(rxs[10]) -> v => { (10usize, v) }
+        recv(rxs[11]) -> v => { (11usize, v) }
+        recv(rxs[12]) -> v => { (12usize, v) }
+        recv(rxs[13]) -> v => { (13usize, v) }
+        recv(rxs[14]) -> v => { (14usize, v) }
+        recv(rxs[15]) -> v => { (15usize, v) }
+        recv(rxs[16]) -> v => { (16usize, v) }
+        recv(rxs[17]) -> v => { (17usize, v) }
+        recv(rxs[18]) -> v => { (18usize, v) }
+        recv(rxs[19]) -> v => { (19usize, v) }
+        recv(rxs[20]) -> v => { (20usize, v) }
+        recv(rxs[21]) -> v => { (21usize, v) }
+        recv(rxs[22]) -> v => { (22usize, v) }
+        recv(rxs[23]) -> v => { (23usize, v) }
+        recv(rxs[24]) -> v => { (24usize, v) }
+        recv(rxs[25]) -> v => { (25usize, v) }
+        recv(rxs[26]) -> v => { (26usize, v) }
+        recv(rxs[27]) -> v => { (27usize, v) }
+        recv(rxs[28]) -> v => { (28usize, v) }
+        recv(rxs[29]) -> v => { (29usize, v) }
+        recv(rxs[30]) -> v => { (30usize, v) }
+        recv(rxs[31]) -> v => { (31usize, v) }
+        recv(rxs[32]) -> v => { (32usize, v) }
+        recv(rxs[33]) -> v => { (33usize, v) }
+        recv(rxs[34]) -> v => { (34usize, v) }
+        recv(rxs[35]) -> v => { (35usize, v) }
+        recv(rxs[36]) -> v => { (36usize, v) }
+        recv(rxs[37]) -> v => { (37usize, v) }
+        recv(rxs[38]) -> v => { (38usize, v) }
+        recv(rxs[39]) -> v => { (39usize, v) }
+        recv(rxs[40]) -> v => { (40usize, v) }
+        recv(rxs[41]) -> v => { (41usize, v) }
+        recv(rxs[42]) -> v => { (42usize, v) }
+        recv(rxs[43]) -> v => { (43usize, v) }
+        recv(rxs[44]) -> v => { (44usize, v) }
+        recv(rxs[45]) -> v => { (45usize, v) }
+        recv(rxs[46]) -> v => { (46usize, v) }
+        recv(rxs[47]) -> v => { (47usize, v) }
+        recv(rxs[48]) -> v => { (48usize, v) }
+        recv(rxs[49]) -> v => { (49usize, v) }
+        recv(rxs[50]) -> v => { (50usize, v) }
+        recv(rxs[51]) -> v => { (51usize, v) }
+        recv(rxs[52]) -> v => { (52usize, v) }
+        recv(rxs[53]) -> v => { (53usize, v) }
+        recv(rxs[54]) -> v => { (54usize, v) }
+        recv(rxs[55]) -> v => { (55usize, v) }
+        recv(rxs[56]) -> v => { (56usize, v) }
+        recv(rxs[57]) -> v => { (57usize, v) }
+        recv(rxs[58]) -> v => { (58usize, v) }
+        recv(rxs[59]) -> v => { (59usize, v) }
+        recv(rxs[60]) -> v => { (60usize, v) }
+        recv(rxs[61]) -> v => { (61usize, v) }
+        recv(rxs[62]) -> v => { (62usize, v) }
+        recv(rxs[63]) -> v => { (63usize, v) }
+        recv(rxs[64]) -> v => { (64usize, v) }
+        recv(rxs[65]) -> v => { (65usize, v) }
+        recv(rxs[66]) -> v => { (66usize, v) }
+        recv(rxs[67]) -> v => { (67usize, v) }
+        recv(rxs[68]) -> v => { (68usize, v) }
+        recv(rxs[69]) -> v => { (69usize, v) }
+        recv(rxs[70]) -> v => { (70usize, v) }
+        recv(rxs[71]) -> v => { (71usize, v) }
+        recv(rxs[72]) -> v => { (72usize, v) }
+        recv(rxs[73]) -> v => { (73usize, v) }
+        recv(rxs[74]) -> v => { (74usize, v) }
+        recv(rxs[75]) -> v => { (75usize, v) }
+        recv(rxs[76]) -> v => { (76usize, v) }
+        recv(rxs[77]) -> v => { (77usize, v) }
+        recv(rxs[78]) -> v => { (78usize, v) }
+        recv(rxs[79]) -> v => { (79usize, v) }
+        recv(rxs[80]) -> v => { (80usize, v) }
+        recv(rxs[81]) -> v => { (81usize, v) }
+        recv(rxs[82]) -> v => { (82usize, v) }
+        recv(rxs[83]) -> v => { (83usize, v) }
+        recv(rxs[84]) -> v => { (84usize, v) }
+        recv(rxs[85]) -> v => { (85usize, v) }
+        recv(rxs[86]) -> v => { (86usize, v) }
+        recv(rxs[87]) -> v => { (87usize, v) }
+        recv(rxs[88]) -> v => { (88usize, v) }
+        recv(rxs[89]) -> v => { (89usize, v) }
+        recv(rxs[90]) -> v => { (90usize, v) }
+        recv(rxs[91]) -> v => { (91usize, v) }
+        recv(rxs[92]) -> v => { (92usize, v) }
+        recv(rxs[93]) -> v => { (93usize, v) }
+        recv(rxs[94]) -> v => { (94usize, v) }
+        recv(rxs[95]) -> v => { (95usize, v) }
+        recv(rxs[96]) -> v => { (96usize, v) }
+        recv(rxs[97]) -> v => { (97usize, v) }
+        recv(rxs[98]) -> v => { (98usize, v) }
+        recv(rxs[99]) -> v => { (99usize, v) }
+        recv(rxs[100]) -> v => { (100usize, v) }
+        recv(rxs[101]) -> v => { (101usize, v) }
+        recv(rxs[102]) -> v => { (102usize, v) }
+        recv(rxs[103]) -> v => { (103usize, v) }
+        recv(rxs[104]) -> v => { (104usize, v) }
+        recv(rxs[105]) -> v => { (105usize, v) }
+        recv(rxs[106]) -> v => { (106usize, v) }
+        recv(rxs[107]) -> v => { (107usize, v) }
+        recv(rxs[108]) -> v => { (108usize, v) }
+        recv(rxs[109]) -> v => { (109usize, v) }
+        recv(rxs[110]) -> v => { (110usize, v) }
+        recv(rxs[111]) -> v => { (111usize, v) }
+        recv(rxs[112]) -> v => { (112usize, v) }
+        recv(rxs[113]) -> v => { (113usize, v) }
+        recv(rxs[114]) -> v => { (114usize, v) }
+        recv(rxs[115]) -> v => { (115usize, v) }
+        recv(rxs[116]) -> v => { (116usize, v) }
+        recv(rxs[117]) -> v => { (117usize, v) }
+        recv(rxs[118]) -> v => { (118usize, v) }
+        recv(rxs[119]) -> v => { (119usize, v) }
+    };
+    assert_eq!((i, v), (119, Ok(5)));
+}

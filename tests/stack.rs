@@ -95,6 +95,39 @@ fn overflow_child() {
                 recurse_forever(0)
             });
         }
+        // Panic reports: a user hook set before the runtime starts still
+        // handles panics off goroutines; goroutine panics name the
+        // goroutine; track_caller points misuse panics at the caller.
+        "panic" => {
+            std::panic::set_hook(Box::new(|_| eprintln!("USER HOOK")));
+            goro::run(|| {
+                let h = goro::Builder::new()
+                    .name("worker-7")
+                    .spawn(|| {
+                        eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                        eprintln!("CHILD PANIC LINE {}", line!() + 1);
+                        panic!("boom {}", 42);
+                    })
+                    .unwrap();
+                assert!(h.join().is_err());
+                let h = goro::spawn(|| {
+                    eprintln!("CHILD WG LINE {}", line!() + 1);
+                    goro::sync::WaitGroup::new().done();
+                });
+                assert!(h.join().is_err());
+            });
+            let t = std::thread::spawn(|| panic!("thread panic"));
+            assert!(t.join().is_err());
+        }
+        // A hook set after the runtime started replaces goro's.
+        "laterhook" => {
+            goro::run(|| ());
+            std::panic::set_hook(Box::new(|_| eprintln!("LATER USER HOOK")));
+            goro::run(|| {
+                let h = goro::spawn(|| panic!("boom"));
+                assert!(h.join().is_err());
+            });
+        }
         other => panic!("unknown {CHILD_ENV} mode {other}"),
     }
     eprintln!("CHILD SURVIVED");
@@ -175,6 +208,13 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
         "reserved {kib} KiB, expected {min_kib}..={max_kib}; stderr:\n{stderr}"
     );
     assert!(
+        stderr.contains(&format!(
+            "goroutine {id} has overflowed its stack (reserved {kib} KiB); raise it with \
+             goro::Builder::stack_size or goro::Config::stack_size"
+        )),
+        "the report does not say how to reserve more; stderr:\n{stderr}"
+    );
+    assert!(
         !stderr.contains("fatal runtime error: stack overflow"),
         "std's handler, not goro's, caught the overflow; stderr:\n{stderr}"
     );
@@ -187,11 +227,23 @@ fn overflow_in_spawned_goroutine_aborts_with_message() {
     check_overflow_child("spawned", 256, 256 + 16);
 }
 
-/// Infinite recursion in the goroutine of goro::run (default stack, at least
-/// 256 KiB per the contract).
+/// Infinite recursion in the goroutine of goro::run (a main-thread-like
+/// 8 MiB stack).
 #[test]
 fn overflow_in_run_goroutine_aborts_with_message() {
-    check_overflow_child("run", 256, 1 << 30);
+    check_overflow_child("run", 8 * 1024, 8 * 1024 + 16);
+}
+
+/// The named goroutine's report names it.
+#[test]
+fn overflow_report_names_the_goroutine() {
+    let out = run_child("spawned");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let id = child_goroutine_id(&stderr);
+    assert!(
+        stderr.contains(&format!("goroutine {id} is named \"overflower\"")),
+        "no name in the overflow report; stderr:\n{stderr}"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -310,4 +362,167 @@ fn panic_unwinds_through_deep_goroutine_stack() {
         assert_eq!(err.downcast_ref::<&str>().copied(), Some("bottom reached"));
         assert_eq!(drops.load(SeqCst), 501);
     });
+}
+
+// ---------------------------------------------------------------------------
+// Stack sizes: main-thread-like run stack, impossible sizes, 1 GiB.
+
+/// The goroutine goro::run starts has a stack like Rust's main thread
+/// (8 MiB): 4 MiB of frames fit (they would overflow the 256 KiB default).
+#[test]
+fn run_goroutine_has_main_thread_stack() {
+    let frames = goro::run(|| {
+        let top = stack_pos();
+        use_stack(top, 4 * 1024 * KIB, 0x77, &|| {})
+    });
+    assert!(frames > 4000, "only {frames} frames");
+}
+
+/// Sizes no stack can have: above the 1 TiB maximum, or overflowing when
+/// rounded to pages or when the guard page is added.
+fn impossible_sizes() -> Vec<usize> {
+    vec![
+        usize::MAX,
+        1 << 56,
+        usize::MAX - 4095,
+        usize::MAX - 65535,
+        usize::MAX / 256 + 1,
+        goro::MAX_STACK_SIZE + 1,
+    ]
+}
+
+fn check_impossible_sizes(from: &str) {
+    for size in impossible_sizes() {
+        match goro::Builder::new().stack_size(size).spawn(|| 1) {
+            Ok(h) => panic!(
+                "{from}: stack_size({size:#x}) spawned goroutine {} instead of failing",
+                h.id()
+            ),
+            Err(e) => assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::InvalidInput,
+                "{from}: stack_size({size:#x}): {e}"
+            ),
+        }
+    }
+    // The runtime is still usable afterwards.
+    let h = goro::Builder::new()
+        .stack_size(64 * KIB)
+        .spawn(|| 2)
+        .unwrap();
+    assert_eq!(h.join().unwrap(), 2);
+}
+
+/// An impossible Builder::stack_size is an Err from spawn (never an abort,
+/// a SIGSEGV or a zero-sized stack), from a goroutine, from a plain thread
+/// and from the test thread.
+#[test]
+fn impossible_stack_size_is_an_error() {
+    run(|| check_impossible_sizes("goroutine"));
+    std::thread::spawn(|| check_impossible_sizes("plain thread"))
+        .join()
+        .unwrap();
+    check_impossible_sizes("test thread");
+}
+
+/// Config::stack_size: validate (and start) reject impossible sizes.
+#[test]
+fn impossible_config_stack_size_is_an_error() {
+    for size in impossible_sizes() {
+        let c = goro::Config::default().stack_size(size);
+        assert!(
+            c.validate().is_err(),
+            "Config::stack_size({size:#x}) validated"
+        );
+        assert!(
+            matches!(goro::start(c), Err(goro::Error::InvalidConfig(_))),
+            "start accepted stack_size({size:#x})"
+        );
+    }
+    assert!(goro::Config::default()
+        .stack_size(1 << 30)
+        .validate()
+        .is_ok());
+}
+
+/// A 1 GiB reservation (Go's maximum goroutine stack) works, twice (the
+/// second may reuse the first's stack), and 2 MiB of it can be used.
+#[test]
+fn one_gib_stack_works() {
+    run(|| {
+        for tag in [3u8, 4] {
+            let h = goro::Builder::new()
+                .stack_size(1 << 30)
+                .spawn(move || {
+                    let top = stack_pos();
+                    use_stack(top, 2 * 1024 * KIB, tag, &|| {})
+                })
+                .unwrap();
+            assert!(h.join().unwrap() > 1000);
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Panic reports.
+
+fn child_line(stderr: &str, key: &str) -> u32 {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("child did not print {key}; stderr:\n{stderr}"))
+}
+
+/// A goroutine's panic report names it (`goroutine <id> "<name>" panicked
+/// at <file>:<line>:<col>:` and the message) instead of std's `thread
+/// '<unnamed>'`; an unnamed goroutine's report has its id only;
+/// WaitGroup misuse is reported at the caller's line (track_caller); a
+/// user hook set before the runtime started still handles plain threads.
+#[test]
+fn goroutine_panic_report_names_it() {
+    let out = run_child("panic");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed: {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    let id = child_goroutine_id(&stderr);
+    let line = child_line(&stderr, "CHILD PANIC LINE ");
+    let want = format!("goroutine {id} \"worker-7\" panicked at tests/stack.rs:{line}:");
+    assert!(stderr.contains(&want), "no `{want}`; stderr:\n{stderr}");
+    assert!(stderr.contains("boom 42"), "no message; stderr:\n{stderr}");
+    let wg = child_line(&stderr, "CHILD WG LINE ");
+    let wg_report = stderr
+        .lines()
+        .find(|l| l.contains("panicked at") && !l.contains("worker-7"))
+        .unwrap_or_else(|| panic!("no WaitGroup panic report; stderr:\n{stderr}"));
+    assert!(
+        wg_report.starts_with("goroutine ") && wg_report.contains(&format!("tests/stack.rs:{wg}:")),
+        "WaitGroup misuse not reported at the caller: {wg_report}"
+    );
+    assert!(
+        !stderr.contains("thread '<unnamed>'"),
+        "std's thread report for a goroutine; stderr:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("USER HOOK").count(),
+        1,
+        "the user's hook must handle exactly the plain thread's panic; stderr:\n{stderr}"
+    );
+}
+
+/// A hook set after the runtime started wins, on goroutines too.
+#[test]
+fn later_user_panic_hook_wins() {
+    let out = run_child("laterhook");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed: {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    assert!(stderr.contains("LATER USER HOOK"), "stderr:\n{stderr}");
+    assert!(!stderr.contains("panicked at"), "stderr:\n{stderr}");
 }

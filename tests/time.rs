@@ -1,7 +1,11 @@
 //! Timer tests ported from Go's time/sleep_test.go and tick_test.go
 //! (TestSleep, TestAfter, TestAfterTick, TestAfterQueuing, TestAfterStress,
-//! TestSleepZeroDeadlock, TestOverflowSleep, TestTick) against
-//! goro::time::{sleep, after, tick}.
+//! TestSleepZeroDeadlock, TestOverflowSleep, TestTick, TestAfterFunc,
+//! TestAfterStop, TestReset, TestTimerStopStress-like, TestTicker,
+//! TestTickerStopWithDirectInitialization, TestTeardown) against
+//! goro::time::{sleep, after, tick, Timer, Ticker, after_func}, plus Go
+//! 1.23's guarantees: timer channels are never closed, no stale value after
+//! stop/reset, and timers nobody can observe are released.
 //!
 //! Only lower bounds on elapsed time are asserted (a timer must never fire
 //! early); no test asserts that anything is fast.
@@ -14,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use goro::chan;
-use goro::time::{after, sleep, tick};
+use goro::time::{after, after_func, sleep, tick, Ticker, Timer};
 
 /// TestSleep: sleep(d) lasts at least d, also while another goroutine's
 /// timer fires in the middle.
@@ -299,4 +303,355 @@ fn channel_timeouts_lower_bound() {
         }
         assert!(start.elapsed() >= d);
     });
+}
+
+/// Waits (polling, bounded) until `cond` holds; panics with `what` after
+/// 20 s. Used to wait for a state the runtime reaches asynchronously (a
+/// timer value buffered, a ticker released), never as a fixed delay.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        sleep(Duration::from_millis(1));
+    }
+}
+
+/// Go never closes a timer channel: after the value, a second receive
+/// blocks (here: times out) and the channel reports open.
+#[test]
+fn after_channel_is_never_closed() {
+    run(|| {
+        let rx = after(Duration::from_millis(1));
+        rx.recv().unwrap();
+        assert!(matches!(
+            rx.recv_timeout(Duration::from_millis(30)),
+            Err(goro::RecvTimeoutError::Timeout)
+        ));
+        assert!(!rx.is_closed());
+        let t = Timer::new(Duration::from_millis(1));
+        t.receiver().recv().unwrap();
+        assert!(matches!(
+            t.receiver().try_recv(),
+            Err(goro::TryRecvError::Empty)
+        ));
+        assert!(!t.receiver().is_closed());
+    });
+}
+
+/// Go 1.23: 1M `after(1h)` whose receivers were dropped at once do not
+/// stay in the timer heaps (they are collected by the bulk purge). The
+/// bound is generous: live timers of concurrent tests plus twice the purge
+/// threshold per P.
+#[test]
+fn dropped_after_timers_are_collected() {
+    run(|| {
+        let n = scale(1_000_000);
+        for _ in 0..n {
+            drop(after(Duration::from_secs(3600)));
+        }
+        let pending = goro::__private::timers_pending();
+        assert!(
+            pending < 50_000,
+            "{pending} timers pending after {n} dropped after(1h)"
+        );
+    });
+}
+
+/// The same for Timers stopped or reset many times: stale entries go.
+#[test]
+fn stopped_and_reset_timers_are_collected() {
+    run(|| {
+        let t = Timer::new(Duration::from_secs(3600));
+        for i in 0..scale(200_000) {
+            if i % 2 == 0 {
+                t.reset(Duration::from_secs(3600));
+            } else {
+                t.stop();
+            }
+        }
+        let pending = goro::__private::timers_pending();
+        assert!(pending < 50_000, "{pending} timers pending");
+        drop(t);
+        // Dropped handles are released lazily, by the purge of the heap
+        // that holds their entry (the one of the P this goroutine ran on
+        // when it armed them; it may migrate, so most, not all, are
+        // checked).
+        let mut watches = Vec::new();
+        for _ in 0..200 {
+            let t = Timer::new(Duration::from_secs(3600));
+            watches.push(t.__watch());
+            drop(t);
+            for _ in 0..scale(2_000) {
+                drop(after(Duration::from_secs(3600)));
+            }
+        }
+        let released = watches.iter().filter(|w| w.is_released()).count();
+        assert!(
+            released >= watches.len() / 2,
+            "only {released} of {} dropped, unobservable timers released",
+            watches.len()
+        );
+    });
+}
+
+/// after(Duration::MAX) holds no timer: dropping it frees everything.
+#[test]
+fn never_firing_timer_is_released() {
+    run(|| {
+        let t = Timer::new(Duration::MAX);
+        let w = t.__watch();
+        assert!(t.stop(), "a timer that never fires is still active");
+        assert!(!t.reset(Duration::MAX));
+        drop(t);
+        assert!(w.is_released());
+    });
+}
+
+/// TestAfterFunc: the function runs in a new goroutine after d, although
+/// the Timer was dropped; and it runs again after a reset.
+#[test]
+fn after_func_runs_in_new_goroutine() {
+    run(|| {
+        let me = goro::current_id().unwrap();
+        let (tx, rx) = chan::<u64>(4);
+        let start = Instant::now();
+        let d = Duration::from_millis(20);
+        drop(after_func(d, move || {
+            tx.send(goro::current_id().expect("after_func: not in a goroutine"))
+                .unwrap();
+        }));
+        let id = rx.recv().unwrap();
+        assert!(start.elapsed() >= d, "after_func ran early");
+        assert_ne!(id, me);
+        // Reset re-arms a timer that already ran (Go).
+        let count = Arc::new(AtomicUsize::new(0));
+        let (dtx, drx) = chan::<()>(4);
+        let c = count.clone();
+        let t = after_func(Duration::from_millis(1), move || {
+            c.fetch_add(1, SeqCst);
+            dtx.send(()).unwrap();
+        });
+        drx.recv().unwrap();
+        assert!(!t.stop(), "stop after the function ran must return false");
+        assert!(!t.reset(Duration::from_millis(1)));
+        drx.recv().unwrap();
+        assert_eq!(count.load(SeqCst), 2);
+        // The receiver of an after_func timer never receives.
+        assert!(matches!(
+            t.receiver().try_recv(),
+            Err(goro::TryRecvError::Empty)
+        ));
+    });
+}
+
+/// TestAfterStop: stopped timers (func and channel) never fire; stop
+/// reports true once, then false.
+#[test]
+fn after_stop() {
+    run(|| {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let r = ran.clone();
+        let f = after_func(Duration::from_millis(20), move || {
+            r.fetch_add(1, SeqCst);
+        });
+        let t0 = Timer::new(Duration::from_millis(20));
+        assert!(f.stop());
+        assert!(t0.stop());
+        // Wait well past both deadlines for a third timer.
+        let t1 = Timer::new(Duration::from_millis(60));
+        t1.receiver().recv().unwrap();
+        assert_eq!(ran.load(SeqCst), 0, "stopped after_func ran");
+        assert!(matches!(
+            t0.receiver().try_recv(),
+            Err(goro::TryRecvError::Empty)
+        ));
+        assert!(!f.stop());
+        assert!(!t0.stop());
+        assert!(!t1.stop(), "t1's value was received: not active");
+    });
+}
+
+/// TestReset: reset(d) of an active timer returns true and the value comes
+/// no earlier than d after the reset; reset of an expired-and-received
+/// timer returns false.
+#[test]
+fn timer_reset() {
+    run(|| {
+        let d = Duration::from_millis(30);
+        let t = Timer::new(Duration::from_millis(10));
+        let at = Instant::now();
+        assert!(t.reset(d));
+        let v = t.receiver().recv().unwrap();
+        assert!(v >= at + d, "reset timer fired after {:?}", v - at);
+        assert!(!t.reset(Duration::from_millis(1)));
+        t.receiver().recv().unwrap();
+    });
+}
+
+/// Go 1.23: a timer that fired but whose value was not received is still
+/// active: stop returns true and discards the value; reset likewise, and
+/// only the new value arrives.
+#[test]
+fn stop_and_reset_discard_an_unreceived_value() {
+    run(|| {
+        let t = Timer::new(Duration::from_millis(1));
+        wait_until("the timer's value", || t.receiver().len() == 1);
+        assert!(t.stop(), "stop of a fired, unreceived timer must be true");
+        assert!(matches!(
+            t.receiver().try_recv(),
+            Err(goro::TryRecvError::Empty)
+        ));
+        assert!(!t.stop());
+
+        let t = Timer::new(Duration::from_millis(1));
+        wait_until("the timer's value", || t.receiver().len() == 1);
+        let at = Instant::now();
+        assert!(t.reset(Duration::from_millis(20)));
+        let v = t.receiver().recv().unwrap();
+        assert!(v >= at + Duration::from_millis(20), "stale value received");
+    });
+}
+
+/// Stop/reset racing with the timer firing (on another P): whatever the
+/// interleaving, stop of a never-received timer returns true and nothing
+/// is received afterwards.
+#[test]
+fn stop_races_fire() {
+    run(|| {
+        for i in 0..scale(2_000) {
+            let t = Timer::new(Duration::from_micros((i % 50) as u64));
+            for _ in 0..(i % 7) * 100 {
+                std::hint::spin_loop();
+            }
+            if i % 2 == 0 {
+                assert!(t.stop(), "iteration {i}: stop returned false");
+            } else {
+                assert!(
+                    t.reset(Duration::from_secs(3600)),
+                    "iteration {i}: reset returned false"
+                );
+            }
+            assert!(
+                t.receiver().try_recv().is_err(),
+                "iteration {i}: a value from before stop/reset was received"
+            );
+        }
+    });
+}
+
+/// TestTicker: ticks come no earlier than i periods, increasing; after
+/// stop no tick arrives (not even one buffered before the stop); reset
+/// restarts it.
+#[test]
+fn ticker_stop_and_reset() {
+    run(|| {
+        let period = Duration::from_millis(10);
+        let start = Instant::now();
+        let tk = Ticker::new(period);
+        let mut prev = start;
+        for i in 1..=3u32 {
+            let t = tk.receiver().recv().unwrap();
+            assert!(t >= start + period * i);
+            assert!(t > prev);
+            prev = t;
+        }
+        wait_until("a buffered tick", || tk.receiver().len() == 1);
+        tk.stop();
+        assert!(tk.receiver().is_empty(), "stop left a buffered tick");
+        assert!(matches!(
+            tk.receiver().recv_timeout(period * 5),
+            Err(goro::RecvTimeoutError::Timeout)
+        ));
+        let at = Instant::now();
+        tk.reset(period * 2);
+        let t = tk.receiver().recv().unwrap();
+        assert!(t >= at + period * 2, "tick after reset came early");
+        let t2 = tk.receiver().recv().unwrap();
+        assert!(t2 >= t + period * 2 - Duration::from_millis(1) || t2 > t);
+        tk.stop();
+    });
+}
+
+/// TestTickerStopWithDirectInitialization-ish: stop and reset are safe in
+/// any order and any number of times; a stopped ticker's channel stays open.
+#[test]
+fn ticker_stop_is_idempotent() {
+    run(|| {
+        let tk = Ticker::new(Duration::from_secs(3600));
+        tk.stop();
+        tk.stop();
+        tk.reset(Duration::from_secs(3600));
+        tk.stop();
+        assert!(!tk.receiver().is_closed());
+        let never = Ticker::new(Duration::MAX);
+        never.stop();
+        never.reset(Duration::MAX);
+    });
+}
+
+/// TestTeardown: create a ticker, take one tick, stop it; repeatedly, with
+/// short periods.
+#[test]
+fn ticker_teardown() {
+    run(|| {
+        for i in 0..scale(60) {
+            let tk = Ticker::new(Duration::from_micros(100 + 50 * (i as u64 % 5)));
+            tk.receiver().recv().unwrap();
+            tk.stop();
+        }
+    });
+}
+
+/// Go 1.23: a ticker whose handle and receivers are all dropped stops by
+/// itself and is released; one whose receiver clone is kept goes on.
+#[test]
+fn dropped_ticker_stops() {
+    run(|| {
+        let tk = Ticker::new(Duration::from_millis(1));
+        let w = tk.__watch();
+        tk.receiver().recv().unwrap();
+        drop(tk);
+        wait_until("the dropped ticker to be released", || w.is_released());
+
+        let tk = Ticker::new(Duration::from_millis(1));
+        let w = tk.__watch();
+        let rx = tk.receiver().clone();
+        drop(tk);
+        rx.recv().unwrap();
+        rx.recv().unwrap();
+        assert!(!w.is_released(), "ticker stopped while a receiver lives");
+        drop(rx);
+        wait_until("the ticker to be released", || w.is_released());
+
+        // tick(): dropping the only receiver stops it too.
+        let rx = tick(Duration::from_millis(1));
+        rx.recv().unwrap();
+        drop(rx);
+    });
+}
+
+/// sleep(ZERO) returns at once, also from a plain thread.
+#[test]
+fn sleep_zero_returns_at_once() {
+    sleep(Duration::ZERO);
+    run(|| {
+        for _ in 0..1000 {
+            sleep(Duration::ZERO);
+        }
+    });
+}
+
+/// Timers and tickers work from plain OS threads too.
+#[test]
+fn timer_from_plain_thread() {
+    let h = std::thread::spawn(|| {
+        let t = Timer::new(Duration::from_millis(5));
+        t.receiver().recv().unwrap();
+        let t = Timer::new(Duration::from_secs(3600));
+        assert!(t.stop());
+        let tk = Ticker::new(Duration::from_millis(2));
+        tk.receiver().recv().unwrap();
+        tk.stop();
+    });
+    h.join().unwrap();
 }

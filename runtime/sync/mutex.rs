@@ -334,6 +334,13 @@ unsafe impl<T: ?Sized + Send> Send for Mutex<T> {}
 // SAFETY: as above.
 unsafe impl<T: ?Sized + Send> Sync for Mutex<T> {}
 
+// Like std's Mutex, usable across `catch_unwind`. std backs this with lock
+// poisoning; goro follows Go and does not poison (a guard dropped during a
+// panic unlocks normally), so after a caught panic `T` may be in whatever
+// state the panicking holder left it, as in Go.
+impl<T: ?Sized> std::panic::UnwindSafe for Mutex<T> {}
+impl<T: ?Sized> std::panic::RefUnwindSafe for Mutex<T> {}
+
 impl<T> Mutex<T> {
     /// An unlocked mutex holding `value`.
     pub const fn new(value: T) -> Mutex<T> {

@@ -57,6 +57,11 @@ unsafe impl<T: ?Sized + Send> Send for RwLock<T> {}
 // SAFETY: as above.
 unsafe impl<T: ?Sized + Send + Sync> Sync for RwLock<T> {}
 
+// Like std's RwLock, usable across `catch_unwind`; no poisoning (Go), see
+// the note on `Mutex`.
+impl<T: ?Sized> std::panic::UnwindSafe for RwLock<T> {}
+impl<T: ?Sized> std::panic::RefUnwindSafe for RwLock<T> {}
+
 impl<T> RwLock<T> {
     /// An unlocked lock holding `value`.
     pub const fn new(value: T) -> RwLock<T> {

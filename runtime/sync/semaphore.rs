@@ -53,6 +53,7 @@ impl Semaphore {
     /// Returns a permit, waking one waiter if any. Never blocks.
     ///
     /// Panics if that would exceed `u32::MAX` available permits.
+    #[track_caller]
     pub fn release(&self) {
         // Relaxed: a racy overflow guard only; the release itself is ordered
         // inside semrelease.

@@ -58,6 +58,7 @@ impl WaitGroup {
     ///
     /// Panics if the counter would exceed `i32::MAX`, or if `add` races with
     /// a `wait` on a zero counter (Go's "Add called concurrently with Wait").
+    #[track_caller]
     pub fn add(&self, n: usize) {
         match i32::try_from(n) {
             Ok(d) => self.add_delta(d),
@@ -70,11 +71,13 @@ impl WaitGroup {
     ///
     /// Panics with "negative WaitGroup counter" if the counter is already
     /// zero (more `done` calls than added), leaving the counter at zero.
+    #[track_caller]
     pub fn done(&self) {
         self.add_delta(-1);
     }
 
     /// Go's WaitGroup.Add.
+    #[track_caller]
     fn add_delta(&self, delta: i32) {
         let st = &self.inner.state;
         let d = (delta as i64 as u64) << 32;
@@ -119,6 +122,7 @@ impl WaitGroup {
     ///
     /// Panics if the group is reused (a new `add`) before this wait has
     /// returned (Go's check).
+    #[track_caller]
     pub fn wait(&self) {
         let st = &self.inner.state;
         loop {
