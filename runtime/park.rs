@@ -304,9 +304,10 @@ impl Parker {
 }
 
 /// exitsyscall slow path: no P was free. On g0: queue the G globally and
-/// park the M (Go's exitsyscall0).
-pub(crate) fn exitsyscall_slow() {
-    mcall(exitsyscall0);
+/// park the M (Go's exitsyscall0). The caller is in an acquirem section,
+/// which exitsyscall0 ends.
+pub(crate) fn exitsyscall_slow_locked() {
+    mcall_locked(exitsyscall0);
 }
 
 unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {

@@ -270,6 +270,12 @@ pub(crate) unsafe fn on_signal(
         return;
     }
     let status = g.status();
+    let (alo, ahi) = crate::arch::asm_range();
+    if pc >= alo && pc < ahi {
+        // Mid-switch, or at the trampoline's rt_sigreturn.
+        refuse();
+        return;
+    }
     if req == REQ_DETACH {
         let pp = m.p.get();
         // SAFETY: ctx is the interrupted user context.
@@ -307,6 +313,9 @@ pub(crate) unsafe fn on_signal(
         }
         g.pinned.set(true);
     }
+    // The trampoline and async_preempt run in a critical section that
+    // async_preempt's mcall (or reacquire) ends: no nested preemption.
+    m.locks.set(1);
     // SAFETY: the frame lies on this M's altstack; the destination is on
     // the G's stack below the interrupted sp and red zone, with the
     // headroom checked above.
@@ -355,7 +364,9 @@ unsafe fn inject(m: &M, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, sp: 
 /// (or reacquire a P for a detached one), and when it is resumed return
 /// the frame copy for rt_sigreturn. Never unwinds.
 extern "C" fn async_preempt(frame: usize) -> usize {
-    let mp = crate::m::acquirem();
+    // The handler entered a critical section for us (m.locks = 1), so no
+    // second preemption can land before the G is parked.
+    let mp = getm();
     // SAFETY: a user G of this thread's M (the handler checked).
     let (m, gp) = unsafe { (&*mp, (*mp).curg.get()) };
     // SAFETY: as above.
@@ -367,8 +378,7 @@ extern "C" fn async_preempt(frame: usize) -> usize {
             pin(m, gp);
             PINNED.fetch_add(1, Ordering::Relaxed);
         }
-        crate::m::releasem(mp);
-        reacquire();
+        reacquire_locked(mp);
         unpin_if_running_here(gp);
     } else {
         crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
@@ -450,17 +460,27 @@ pub(crate) fn reacquire() {
     if !m.detached.load(Ordering::Relaxed) || m.locks.get() != 0 {
         return;
     }
-    reacquire_slow(m);
+    reacquire_slow();
 }
 
 #[cold]
-fn reacquire_slow(m: &M) {
-    if m.curg.get().is_null() {
+fn reacquire_slow() {
+    reacquire_locked(crate::m::acquirem());
+}
+
+/// The reacquire itself, inside the critical section `mp` (which it ends):
+/// the detached state is re-checked, cleared and exited with no window for
+/// a signal in between.
+fn reacquire_locked(mp: *mut M) {
+    // SAFETY: this thread's M.
+    let m = unsafe { &*mp };
+    if m.curg.get().is_null() || !m.detached.load(Ordering::Relaxed) {
+        crate::m::releasem(mp);
         return;
     }
     m.detached.store(false, Ordering::Relaxed);
     REACQUIRES.fetch_add(1, Ordering::Relaxed);
-    crate::syscall::exitsyscall();
+    crate::syscall::exitsyscall_locked(mp);
 }
 
 /// Parks-while-unwinding guard: a G that parks while

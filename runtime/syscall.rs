@@ -157,17 +157,24 @@ impl core::fmt::Debug for SyscallGuard {
 
 /// Go's exitsyscall for the running G (status Syscall, no P). User G only.
 pub(crate) fn exitsyscall() {
-    let ml = MLock::new();
+    exitsyscall_locked(crate::m::acquirem());
+}
+
+/// [`exitsyscall`] inside a critical section the caller entered (`mp`
+/// from acquirem), which this ends — on g0 if it must park — so that no
+/// asynchronous preemption or detach can land between the checks and the
+/// state change.
+pub(crate) fn exitsyscall_locked(mp: *mut crate::m::M) {
     // SAFETY: a user G of this thread's M in a syscall (the guard is !Send,
-    // or preempt::reacquire checked the state).
-    let (m, g) = unsafe { (&*getm(), &*crate::m::getg()) };
+    // or preempt::reacquire checked the state), inside acquirem.
+    let (m, g) = unsafe { (&*mp, &*crate::m::getg()) };
     let oldp = m.oldp.replace(core::ptr::null_mut());
     if exitsyscallfast(m, oldp) {
         g.cas_status(GStatus::Syscall, GStatus::Running);
+        crate::m::releasem(mp);
         return;
     }
-    drop(ml);
-    crate::park::exitsyscall_slow();
+    crate::park::exitsyscall_slow_locked();
 }
 
 /// Go's exitsyscallfast: CAS `oldp` back (Syscall → Running), else take
