@@ -13,7 +13,9 @@ pub fn total() -> u64 {
         let (tx, rx) = goro::chan::<u64>(0); // unbuffered, like make(chan uint64)
         for w in 0..4 {
             let tx = tx.clone();
-            goro::go!(move || for i in 0..1000 { tx.send(w * 1000 + i).unwrap(); });
+            goro::go!(move || for i in 0..1000 {
+                tx.send(w * 1000 + i).unwrap();
+            });
         }
         drop(tx); // the channel closes when the workers finish
         let first = goro::select! {

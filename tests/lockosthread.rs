@@ -195,7 +195,7 @@ fn exit_while_locked_ends_the_thread() {
         // In waves, so the Ms that replace exiting ones are reused too.
         for _ in 0..10 {
             let hs: Vec<_> = (0..n / 10)
-                .map(|_| goro::go!(|| goro::lock_os_thread()))
+                .map(|_| goro::go!(goro::lock_os_thread))
                 .collect();
             for h in hs {
                 h.join().unwrap();
@@ -218,7 +218,12 @@ fn exit_while_locked_ends_the_thread() {
         },
     );
     // The scheduler still runs goroutines on the remaining Ms.
-    let sum: u64 = goro::run(|| (0..100u64).map(|i| goro::go!(move || i)).map(|h| h.join().unwrap()).sum());
+    let sum: u64 = goro::run(|| {
+        (0..100u64)
+            .map(|i| goro::go!(move || i))
+            .map(|h| h.join().unwrap())
+            .sum()
+    });
     assert_eq!(sum, 4950);
 }
 
@@ -254,7 +259,9 @@ fn blocked_signals() -> Vec<i32> {
         let mut old: libc::sigset_t = std::mem::zeroed();
         let r = libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut old);
         assert_eq!(r, 0, "pthread_sigmask");
-        (1..32).filter(|&s| libc::sigismember(&old, s) == 1).collect()
+        (1..32)
+            .filter(|&s| libc::sigismember(&old, s) == 1)
+            .collect()
     }
 }
 
@@ -288,7 +295,10 @@ fn new_threads_do_not_inherit_locked_thread_state() {
     // The test thread's state is the process default.
     let base_cpus = affinity();
     let base_mask = blocked_signals();
-    assert!(!base_mask.contains(&libc::SIGUSR2), "SIGUSR2 blocked already");
+    assert!(
+        !base_mask.contains(&libc::SIGUSR2),
+        "SIGUSR2 blocked already"
+    );
     goro::run(|| ());
     // More rounds than Ms exist, so some rounds must create an M.
     let rounds = goro::stats().threads + 8;
@@ -336,10 +346,20 @@ fn new_threads_do_not_inherit_locked_thread_state() {
         .unwrap()
     });
     let tids: HashSet<i64> = reports.iter().map(|r| r.0).collect();
-    assert_eq!(tids.len(), reports.len(), "two blocked goroutines on one thread");
+    assert_eq!(
+        tids.len(),
+        reports.len(),
+        "two blocked goroutines on one thread"
+    );
     for (t, cpus, mask) in &reports {
-        assert_eq!(cpus, &base_cpus, "thread {t} inherited the locked thread's CPU affinity");
-        assert_eq!(mask, &base_mask, "thread {t} inherited the locked thread's signal mask");
+        assert_eq!(
+            cpus, &base_cpus,
+            "thread {t} inherited the locked thread's CPU affinity"
+        );
+        assert_eq!(
+            mask, &base_mask,
+            "thread {t} inherited the locked thread's signal mask"
+        );
     }
 }
 
