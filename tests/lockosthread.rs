@@ -217,6 +217,11 @@ fn exit_while_locked_ends_the_thread() {
             )
         },
     );
+    eprintln!(
+        "{n} lock-and-exit goroutines: {tasks_before} -> {} tasks, {ms_before} -> {} Ms",
+        task_count(),
+        goro::stats().threads
+    );
     // The scheduler still runs goroutines on the remaining Ms.
     let sum: u64 = goro::run(|| {
         (0..100u64)
