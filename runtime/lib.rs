@@ -432,7 +432,7 @@ pub fn current_id() -> Option<u64> {
 /// only on this thread and the thread runs nothing else. When it parks, the
 /// thread hands its P to another thread and sleeps; when it is readied, a P
 /// is handed back to this thread. If the goroutine exits while locked, the
-/// thread is retired (never reused; Go terminates it). Calls nest. Use for
+/// thread exits too (as in Go): it runs no other goroutine. Calls nest. Use for
 /// thread-affine state (thread-locals that must stay put, OS thread
 /// attributes). No-op outside a goroutine.
 pub fn lock_os_thread() {

@@ -75,8 +75,10 @@ impl Note {
     }
 }
 
-/// An OS thread running goroutines. Allocated once, never freed (Ms do not
-/// exit, as in Go without LockOSThread).
+/// An OS thread running goroutines. The struct is never freed: raw `*mut M`
+/// are read racily by other threads (sysmon, stop-the-world). When its
+/// thread exits (sched::mexit, after a locked G exits) the struct goes on a
+/// free list and is reinitialised for a later M.
 ///
 /// Fields are owned by the M's own thread unless they say otherwise.
 pub(crate) struct M {
@@ -134,7 +136,7 @@ pub(crate) struct M {
     /// runs nothing else, and sleeps on `park` while that G is not running.
     pub(crate) lockedg: Cell<*mut G>,
     /// Retired: a locked G exited without unlocking; the thread never runs
-    /// another goroutine (Go terminates it).
+    /// another goroutine and exits (sched::mexit, as Go terminates it).
     pub(crate) retired: Cell<bool>,
     /// The thread's live FP control state as of the last mcall (x86_64:
     /// MXCSR | x87 CW << 32), handed to gogo so it reloads them only when a
@@ -142,6 +144,12 @@ pub(crate) struct M {
     pub(crate) live_fp: Cell<u64>,
     /// Alternate signal stack (base, size), for the guard-page fault handler.
     pub(crate) gsignal: Cell<(usize, usize)>,
+    /// Saved context of `mstart` on the thread's native stack (a `Gobuf`'s
+    /// sp; 0 before mstart): `mexit` resumes it so mstart returns and the
+    /// thread ends through its start function (Go's g0.sched as recorded in
+    /// mstart1 for "terminating the thread"). Written once by mstart; read
+    /// by the same thread on g0.
+    pub(crate) mstart_buf: Cell<usize>,
 }
 
 // SAFETY: an M is shared through raw pointers between its own thread and the
@@ -176,6 +184,7 @@ impl M {
             retired: Cell::new(false),
             live_fp: Cell::new(0),
             gsignal: Cell::new((0, 0)),
+            mstart_buf: Cell::new(0),
         }))
     }
 

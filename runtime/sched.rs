@@ -69,7 +69,8 @@ pub(crate) struct Synced {
     /// Idle Ms.
     midle: *mut M,
     pub(crate) nmidle: i32,
-    /// Ms created so far (next M id).
+    /// M structs allocated so far (next M id; exited Ms' structs and ids
+    /// are reused, see allocm).
     pub(crate) mnext: i64,
     /// Global free Gs (with stacks): recently freed ("hot", stack pages
     /// still resident) and scavenged ("cold", pages returned to the OS);
@@ -108,7 +109,8 @@ pub(crate) struct Sched {
     goidgen: AtomicU64,
     /// Live goroutines (runnable, running, waiting, syscall).
     pub(crate) ngoroutines: AtomicI64,
-    /// Ms created (threads).
+    /// Live Ms (threads running or able to run goroutines): +1 in newm,
+    /// -1 in mexit (Go's mcount()).
     pub(crate) mcount: AtomicI32,
     /// Default stack size for new goroutines (bytes, page-rounded).
     pub(crate) stack_size: AtomicUsize,
@@ -146,7 +148,7 @@ pub(crate) static SCHED: Sched = Sched {
     stw: Mutex::new(()),
 };
 
-/// Every M ever created (Go's allm), for GODEBUG=scheddetail.
+/// Every live M (Go's allm), for GODEBUG=scheddetail; mexit removes its M.
 pub(crate) static ALLM: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// All Ps ever created, indexed by id; slots < gomaxprocs are live. Ps are
@@ -328,6 +330,7 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     netpoll::init()?;
     crate::preempt::init(cfg);
     crate::signal::init(cfg.preempt || cfg.detect_blocking);
+    start_template_thread()?;
     SCHED.lastpoll.store(os::nanotime(), Ordering::Relaxed);
     {
         let mut s = SCHED.lock.lock();
@@ -491,10 +494,8 @@ pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
     }
     let nmp = s.mget();
     if nmp.is_null() {
-        let id = s.mnext;
-        s.mnext += 1;
         drop(s);
-        newm(id, pp, spinning);
+        newm(pp, spinning);
         return;
     }
     // SAFETY: nmp is idle (asleep in stopm) and owned by us until woken.
@@ -505,23 +506,49 @@ pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
     m.park.wakeup();
 }
 
-/// Go's newm: create an OS thread for a new M that will run `pp`.
-fn newm(id: i64, pp: *mut P, spinning: bool) {
-    if id >= MAX_M {
+/// Go's newm: create an OS thread for a new M that will run `pp` (with
+/// `spinning`, counted in nmspinning by the caller). Any thread. Does not
+/// block on the new thread: when the caller's thread state may be unusual
+/// (see "Thread creation and exit" below) the thread is created by the
+/// template thread. Throws past MAX_M live Ms or if the OS refuses a thread.
+fn newm(pp: *mut P, spinning: bool) {
+    // Relaxed: the RMW alone makes the count exact; it orders nothing else.
+    let live = SCHED.mcount.fetch_add(1, Ordering::Relaxed) as i64 + 1;
+    if live > MAX_M {
         crate::throw::throwf(format_args!(
             "thread exhaustion: program exceeds {MAX_M}-thread limit"
         ));
     }
-    let mp = M::new(id);
-    ALLM.lock().push(mp as usize);
-    // SAFETY: fresh M, not yet shared.
+    let mp = allocm();
+    // SAFETY: fresh (or reinitialised) M, not yet shared.
     unsafe {
         (*mp).nextp.set(pp);
         (*mp).spinning.set(spinning);
     }
-    SCHED.mcount.fetch_add(1, Ordering::Relaxed); // statistics only
+    ALLM.lock().push(mp as usize);
+    if newm_needs_template() {
+        let mut h = NEWM_HANDOFF.lock();
+        if !h.started {
+            crate::throw::throw("newm: on a locked thread with no template thread");
+        }
+        h.newm.push(mp as usize);
+        if h.waiting {
+            h.waiting = false;
+            NEWM_WAKE.wakeup();
+        }
+        return;
+    }
+    newm1(mp);
+}
+
+/// Go's newm1: start the OS thread of `mp`. Any thread whose state new
+/// threads may inherit (a clean M, or the template thread).
+fn newm1(mp: *mut M) {
+    // SAFETY: mp is not running yet; its id is immutable.
+    let id = unsafe { (*mp).id };
     extern "C" fn mstart_c(arg: *mut libc::c_void) -> *mut libc::c_void {
-        mstart(arg.cast())
+        mstart(arg.cast());
+        ptr::null_mut()
     }
     if let Err(e) = os::newosproc(
         &format!("goro-m{id}"),
@@ -530,24 +557,109 @@ fn newm(id: i64, pp: *mut P, spinning: bool) {
         mp.cast(),
     ) {
         crate::throw::throwf(format_args!(
-            "runtime: failed to create new OS thread (have {id} already): {e}"
+            "runtime: failed to create new OS thread (have {} already): {e}",
+            SCHED.mcount.load(Ordering::Relaxed)
         ));
     }
 }
 
-/// Go's mstart: the body of every M's thread. Runs on the thread's native
-/// stack, which becomes its g0 stack.
-fn mstart(mp: *mut M) -> ! {
+/// Go's allocm: an M struct for a new thread, reused from an exited M if
+/// one is free (the id goes with the struct), else a new one with the next
+/// id. Any thread.
+fn allocm() -> *mut M {
+    let free = FREEM.lock().pop();
+    match free {
+        Some(mp) => {
+            let mp = mp as *mut M;
+            // SAFETY: mp is on the free list: its thread has returned from
+            // mstart and nothing else owns it (it left ALLM, the idle list
+            // and every P before). Racy readers holding a stale pointer
+            // (diagnostics) read plain integers and pointers, as with any
+            // live M. The whole struct is replaced so that fields added to
+            // M later start from M::new's values too.
+            unsafe {
+                let fresh = M::new((*mp).id);
+                ptr::swap(mp, fresh);
+                drop(Box::from_raw(fresh));
+            }
+            mp
+        }
+        None => {
+            let id = {
+                let mut s = SCHED.lock.lock();
+                s.mnext += 1;
+                s.mnext - 1
+            };
+            M::new(id)
+        }
+    }
+}
+
+/// Whether a new M must be created by the template thread rather than by
+/// the calling thread (Go: `gp.m.lockedExt != 0 || gp.m.incgo`): the caller
+/// is a locked or retired M, whose thread a goroutine may have changed
+/// (CPU affinity, signal mask, scheduling policy, namespaces), or a thread
+/// that is not an M at all (a user's thread calling spawn, sysmon), whose
+/// state goro does not know.
+fn newm_needs_template() -> bool {
+    let mp = getm();
+    if mp.is_null() {
+        return true;
+    }
+    // SAFETY: this thread's M; lockedg and retired are owned by it.
+    let m = unsafe { &*mp };
+    !m.lockedg.get().is_null() || m.retired.get()
+}
+
+/// Go's mstart: the body of every M's thread, on the thread's native stack.
+/// Saves its own context in `m.mstart_buf` and switches to g0 just below
+/// it to schedule; returns only when `mexit` resumes that context, so the
+/// thread ends by returning from its start function (pthread frees the
+/// native stack and runs thread-local destructors, as for any thread).
+fn mstart(mp: *mut M) {
     setm(mp);
     // SAFETY: mp is this thread's M.
     let m = unsafe { &*mp };
     m.procid.store(os::gettid(), Ordering::Relaxed);
     crate::signal::minit(m);
     m.live_fp.set(arch::fp_state());
-    // g0's base: below this frame, with room for mstart's own locals.
-    let marker = 0u8;
-    let sp = ((&marker as *const u8 as usize) - 512) & !15;
+    // g0's base: below mstart's frame and the context the mcall below
+    // pushes there, so g0 frames never overwrite either.
+    let sp = (stack_below_caller() - MSTART_RESERVE) & !15;
     m.g0_sp.set(sp);
+    // SAFETY: sp is 16-byte aligned, on this thread's own stack, with no
+    // live frames below it; mstart_g0 never returns; mstart_buf lives in
+    // the M, which outlives the thread.
+    unsafe {
+        arch::mcall(
+            m.mstart_buf.as_ptr().cast::<arch::Gobuf>(),
+            sp,
+            mstart_g0,
+            mp.cast(),
+            m.live_fp.as_ptr(),
+        )
+    };
+    // Resumed by mexit: the M is out of every list; hand its struct back.
+    setm(ptr::null_mut());
+    FREEM.lock().push(mp as usize); // the last use of `m` by this thread
+}
+
+/// Bytes kept between mstart's frame and g0's base: room for the
+/// context `arch::mcall` saves there (64 bytes on x86_64, 176 on aarch64).
+const MSTART_RESERVE: usize = 1024;
+const _: () = assert!(core::mem::size_of::<arch::SwitchFrame>() + 128 <= MSTART_RESERVE);
+
+/// An address below the caller's stack frame (the frame of this call).
+#[inline(never)]
+fn stack_below_caller() -> usize {
+    let probe = 0u8;
+    core::hint::black_box(&probe) as *const u8 as usize
+}
+
+/// The g0 half of mstart: take the P startm handed over and schedule.
+unsafe extern "C" fn mstart_g0(arg: *mut u8) -> ! {
+    // SAFETY: arg is this thread's M (mstart passed it).
+    let m = unsafe { &*arg.cast::<M>() };
     let pp = m.nextp.replace(ptr::null_mut());
     acquirep(m, pp);
     schedule()
@@ -699,16 +811,140 @@ fn startlockedm(m: &M, gp: *mut G) {
 }
 
 /// Go's goexit0 for a G that exits while locked: this M's thread state
-/// may have been changed for that G, so it never runs another goroutine
-/// (Go terminates the thread; goro retires it: it sleeps forever). g0.
+/// may have been changed for that G, so the thread never runs another
+/// goroutine: it gives up its P and exits (Go's mexit). g0 only.
 pub(crate) fn retire_locked_m(m: &M) -> ! {
     m.lockedg.set(ptr::null_mut());
     m.retired.set(true);
+    mexit(m)
+}
+
+/// Go's mexit: end the current M's thread. g0, with a P, on an M that is
+/// on no idle list and runs no G. Hands the P off (which may start an M
+/// through the template thread: this M is retired), frees the alternate
+/// signal stack, leaves ALLM and the thread count, and resumes mstart's
+/// saved context so mstart returns and the thread exits; mstart then puts
+/// the struct on the free list (see "Thread creation and exit").
+fn mexit(m: &M) -> ! {
     let pp = releasep(m);
     handoffp(pp);
+    let (base, size) = m.gsignal.replace((0, 0));
+    if size != 0 {
+        let off = libc::stack_t {
+            ss_sp: ptr::null_mut(),
+            ss_flags: libc::SS_DISABLE,
+            ss_size: 0,
+        };
+        let page = os::page_size();
+        // SAFETY: we run on g0, not on the signal stack; once disabled no
+        // handler can use it, so its mapping (guard page below `base`, as
+        // signal::minit laid it out) is ours to unmap.
+        unsafe {
+            libc::sigaltstack(&off, ptr::null_mut());
+            libc::munmap((base - page) as *mut libc::c_void, size + page);
+        }
+    }
+    {
+        let me = m as *const M as usize;
+        let mut all = ALLM.lock();
+        match all.iter().position(|&x| x == me) {
+            Some(i) => {
+                all.swap_remove(i);
+            }
+            None => crate::throw::throw("mexit: m not found in allm"),
+        }
+    }
+    // Relaxed: a count; the RMW keeps it exact.
+    SCHED.mcount.fetch_sub(1, Ordering::Relaxed);
+    let sp = m.mstart_buf.get();
+    // SAFETY: sp is mstart's context saved by its mcall on this thread's
+    // native stack, above g0_sp, so no g0 frame has overwritten it; g0's
+    // own frames (ours) are dead after the switch.
+    unsafe { arch::gogo(sp, m.live_fp.get()) }
+}
+
+// ---------------------------------------------------------------------------
+// Thread creation and exit: the template thread and the M free list.
+//
+// A goroutine locked to its thread (lock_os_thread) may change that
+// thread's state: CPU affinity, signal mask, scheduling policy, namespaces.
+// Threads inherit such state from the thread that creates them, so an M
+// that is locked (or retired, or a thread goro does not own) must not create
+// Ms itself. As in Go (templateThread, newmHandoff in proc.go), a template
+// thread, started with the runtime from the thread that starts it, sleeps
+// on NEWM_WAKE and creates the Ms queued in NEWM_HANDOFF. Unlocked Ms
+// create Ms directly (their state is the runtime's).
+//
+// When a locked goroutine exits, its M exits too (mexit above). The M
+// struct stays allocated because other threads may hold raw pointers to it
+// for racy reads; mexit removes it from ALLM and every P, it was never on
+// the idle list (it was running), and mstart puts it on FREEM as its last
+// act, where allocm reuses it. Locks: NEWM_HANDOFF, FREEM and ALLM are
+// leaves (nothing else is taken while one is held).
+
+/// Go's newmHandoff: Ms waiting for the template thread to start them.
+struct NewmHandoff {
+    /// Ms (as addresses) whose threads are still to be created.
+    newm: Vec<usize>,
+    /// The template thread sleeps on NEWM_WAKE (only then is it woken, so
+    /// the note sees at most one wakeup per sleep).
+    waiting: bool,
+    /// The template thread exists.
+    started: bool,
+}
+
+static NEWM_HANDOFF: Mutex<NewmHandoff> = Mutex::new(NewmHandoff {
+    newm: Vec::new(),
+    waiting: false,
+    started: false,
+});
+
+/// Where the template thread sleeps (Go's newmHandoff.wake).
+static NEWM_WAKE: Note = Note::new();
+
+/// Exited Ms (addresses) whose structs may be reused (Go's sched.freem,
+/// without Go's freeWait: the thread pushes its M only after its last use).
+static FREEM: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// Go's startTemplateThread: start the template thread if it is not
+/// running. Called once at runtime start, on the thread that starts the
+/// runtime, so new Ms inherit that thread's state. Errors: the OS refused
+/// a thread.
+fn start_template_thread() -> std::io::Result<()> {
+    let mut h = NEWM_HANDOFF.lock();
+    if h.started {
+        return Ok(());
+    }
+    extern "C" fn template_c(_: *mut libc::c_void) -> *mut libc::c_void {
+        template_thread()
+    }
+    os::newosproc("goro-template", 64 << 10, template_c, ptr::null_mut())?;
+    h.started = true;
+    Ok(())
+}
+
+/// Go's templateThread: create the threads of queued Ms, sleep when there
+/// are none. Never returns; runs without an M or P.
+fn template_thread() -> ! {
     loop {
-        m.park.sleep();
-        m.park.clear();
+        let batch = {
+            let mut h = NEWM_HANDOFF.lock();
+            if h.newm.is_empty() {
+                h.waiting = true;
+                NEWM_WAKE.clear();
+                None
+            } else {
+                Some(core::mem::take(&mut h.newm))
+            }
+        };
+        match batch {
+            Some(list) => {
+                for mp in list {
+                    newm1(mp as *mut M);
+                }
+            }
+            None => NEWM_WAKE.sleep(),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! Criterion microbenchmarks of goro's core paths (single process).
 //! Side-by-side comparison with Go, may and tokio: benches/compare.sh.
+//! Run: `cargo bench -p goro-bench-core` (from the repository root).
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::time::Duration;
