@@ -126,7 +126,10 @@ goro_restore:
     // slow (they serialise the FP pipeline), so load only on a difference.
     mov rax, [rsp]                  // saved FP control state (+ 2 pad bytes)
     xor rax, rdx                    // difference with the live state
-    shl rax, 16                     // drop the pad bytes (bits 48..64)
+    mov r11, 0xFFFF0000FFC0         // control bits only: MXCSR 6..15 (not the
+                                    // sticky exception flags 0..5), x87 CW;
+                                    // not the pad (r11 is caller-saved: dead)
+    and rax, r11
     jnz 3f                          // differs: load both
 2:
     add rsp, 8

@@ -167,8 +167,14 @@ unsafe extern "C" fn gosched_m(arg: *mut u8) -> ! {
 
 /// Go's goexit1: finish the current G. Called at the end of its entry.
 pub(crate) fn goexit() -> ! {
-    // goexit0 needs a P: a detached G takes one back first.
+    // goexit0 needs a P: a detached G takes one back first, and a G that
+    // forgot a SyscallGuard (mem::forget) exits its syscall implicitly.
     crate::preempt::reacquire();
+    let gp = crate::m::getg();
+    // SAFETY: the running G.
+    if unsafe { (*gp).status() } == GStatus::Syscall {
+        crate::syscall::exitsyscall();
+    }
     mcall(goexit0);
     crate::throw::throw("goexit: dead goroutine resumed")
 }

@@ -167,7 +167,9 @@ pub(crate) fn allp(i: usize) -> &'static P {
 
 #[inline]
 pub(crate) fn gomaxprocs() -> usize {
-    SCHED.gomaxprocs.load(Ordering::Relaxed) as usize
+    // Acquire pairs with procresize's SeqCst store: a reader that sees the
+    // new count also sees the Ps it published in ALLP before it.
+    SCHED.gomaxprocs.load(Ordering::Acquire) as usize
 }
 
 // ---------------------------------------------------------------------------

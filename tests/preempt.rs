@@ -1011,3 +1011,80 @@ fn preempt_in_libc_runtime_and_syscalls() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------
+// Faults stay in their goroutine.
+
+/// std keeps "this thread is panicking" in thread-local state. A goroutine
+/// that parks while unwinding (a Drop that receives from a channel) must
+/// not leave that state to an innocent goroutine on the same M, and must
+/// find it again when it resumes: it stays on its M until unwinding ends.
+#[test]
+fn park_while_unwinding_keeps_panic_state() {
+    child("park_while_unwinding_keeps_panic_state", &[ONE_P], || {
+        goro::run(|| {
+            struct ParkOnDrop {
+                parked: goro::Sender<()>,
+                wake: goro::Receiver<()>,
+                after: Arc<AtomicBool>,
+            }
+            impl Drop for ParkOnDrop {
+                fn drop(&mut self) {
+                    self.parked.send(()).unwrap();
+                    self.wake.recv().unwrap();
+                    self.after.store(std::thread::panicking(), SeqCst);
+                }
+            }
+            let (parked_tx, parked_rx) = goro::chan::<()>(1);
+            let (wake_tx, wake_rx) = goro::chan::<()>(0);
+            let after = Arc::new(AtomicBool::new(false));
+            let unwinder = {
+                let after = after.clone();
+                goro::spawn(move || {
+                    let _d = ParkOnDrop {
+                        parked: parked_tx,
+                        wake: wake_rx,
+                        after,
+                    };
+                    panic!("boom (expected by the test)");
+                })
+            };
+            let innocent = goro::spawn(move || {
+                parked_rx.recv().unwrap();
+                let panicking = std::thread::panicking();
+                let m = std::sync::Mutex::new(0);
+                drop(m.lock().unwrap());
+                let poisoned = m.is_poisoned();
+                wake_tx.send(()).unwrap();
+                (panicking, poisoned)
+            });
+            let (panicking, poisoned) = innocent.join().unwrap();
+            assert!(unwinder.join().is_err());
+            assert!(!panicking, "the innocent goroutine saw thread::panicking()");
+            assert!(!poisoned, "the innocent goroutine poisoned a std Mutex");
+            assert!(after.load(SeqCst), "the unwinding goroutine lost its panic state");
+            assert_eq!(goro::stats().pinned_threads, 0);
+        })
+    });
+}
+
+/// A goroutine that exits with its SyscallGuard forgotten (mem::forget)
+/// leaves its syscall implicitly at exit; the runtime goes on.
+#[test]
+fn forgotten_syscall_guard() {
+    child("forgotten_syscall_guard", &[ONE_P], || {
+        goro::run(|| {
+            for _ in 0..10 {
+                goro::spawn(|| std::mem::forget(goro::enter_syscall()))
+                    .join()
+                    .unwrap();
+                goro::spawn(|| std::mem::forget(goro::enter_syscall_block()))
+                    .join()
+                    .unwrap();
+            }
+            let (tx, rx) = goro::chan::<u32>(0);
+            goro::spawn(move || tx.send(5).unwrap());
+            assert_eq!(rx.recv().unwrap(), 5);
+        })
+    });
+}
