@@ -105,7 +105,7 @@ n_for() { # workload impl -> N
         syscall) n=2000000 ;;
         preempt) n=50 ;;           # 10 ms sleeps beside a hog
         blocking | blocking_guarded) n=10 ;; # 8 goroutines x N x 50 ms
-        preempt_overhead) n=2000000000 ;;  # LCG steps shared by 8 goroutines
+        preempt_overhead) n=2000000000 ;;  # xorshift steps shared by 8 goroutines
     esac
     # Scaled-down N for implementations whose per-op cost is 10-1000x higher,
     # to keep the whole script within ~10 minutes; ns/op stays comparable.

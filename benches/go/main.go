@@ -450,7 +450,7 @@ func blockingSleeps(n int) float64 {
 	return float64(time.Since(start).Microseconds()) / 1e3
 }
 
-// preemptOverhead: 8 CPU-bound goroutines share n LCG steps on the Ps;
+// preemptOverhead: 8 CPU-bound goroutines share n xorshift steps on the Ps;
 // returns the wall time in ms.
 func preemptOverhead(n int) float64 {
 	var wg sync.WaitGroup
@@ -460,9 +460,11 @@ func preemptOverhead(n int) float64 {
 		wg.Add(1)
 		go func(seed uint64) {
 			defer wg.Done()
-			x := seed
-			for i := 0; i < n/8; i++ {
-				x = x*6364136223846793005 + 1442695040888963407
+			x := seed + 1
+			for i := 0; i < n/8; i++ { // xorshift64: no closed form to shortcut
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
 			}
 			atomic.AddUint64(&sink, x)
 		}(uint64(g))

@@ -434,9 +434,12 @@ fn overhead_work(n: u64) -> f64 {
     let hs: Vec<_> = (0..8u64)
         .map(|g| {
             goro::spawn(move || {
-                let mut x = g;
+                let mut x = g + 1;
                 for _ in 0..n / 8 {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    // xorshift64, as in main.go: no closed form to shortcut.
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
                 }
                 std::hint::black_box(x)
             })
