@@ -1385,10 +1385,10 @@ fn stop_the_world(own: *mut P) {
 fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*mut P> {
     let old = gomaxprocs();
     let n = nprocs.clamp(1, MAX_PROCS as i32) as usize;
-    for i in 0..n {
-        if ALLP[i].load(Ordering::Acquire).is_null() {
+    for (i, slot) in ALLP.iter().enumerate().take(n) {
+        if slot.load(Ordering::Acquire).is_null() {
             // Release: publishes the initialised P to every reader of ALLP.
-            ALLP[i].store(P::new(i), Ordering::Release);
+            slot.store(P::new(i), Ordering::Release);
         }
     }
     // Destroy Ps beyond n: move their work to the global queue, their

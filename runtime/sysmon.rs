@@ -170,9 +170,8 @@ fn has_waiting_work(p: &crate::p::P, now: i64) -> bool {
 fn retake(now: i64, ticks: &mut [PTick]) -> u32 {
     use crate::p::PStatus;
     let mut n = 0;
-    for i in 0..sched::gomaxprocs() {
+    for (i, t) in ticks.iter_mut().enumerate().take(sched::gomaxprocs()) {
         let p = sched::allp(i);
-        let t = &mut ticks[i];
         let s = p.status();
         let mut sysretake = false;
         if s == PStatus::Running || s == PStatus::Syscall {
