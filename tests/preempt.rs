@@ -1088,3 +1088,50 @@ fn forgotten_syscall_guard() {
         })
     });
 }
+
+/// A std::net echo server written as a new user would — one goroutine per
+/// connection, blocking std reads and writes, no `blocking` guard — serves
+/// concurrent clients with GOMAXPROCS = 1 (blocking detection hands each
+/// blocked thread's P on). Without detection it hangs at the first read.
+#[test]
+fn std_net_echo_unguarded() {
+    child("std_net_echo_unguarded", &[ONE_P], || {
+        use std::io::{Read, Write};
+        goro::run(|| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            goro::spawn(move || loop {
+                let (mut s, _) = l.accept().unwrap();
+                goro::spawn(move || {
+                    let mut buf = [0u8; 1024];
+                    loop {
+                        let n = s.read(&mut buf).unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        s.write_all(&buf[..n]).unwrap();
+                    }
+                });
+            });
+            let clients = if qemu() { 5 } else { 20 };
+            let hs: Vec<_> = (0..clients)
+                .map(|i| {
+                    goro::spawn(move || {
+                        let mut c = std::net::TcpStream::connect(addr).unwrap();
+                        for j in 0..20u32 {
+                            let msg = format!("{i}-{j}");
+                            c.write_all(msg.as_bytes()).unwrap();
+                            let mut b = vec![0u8; msg.len()];
+                            c.read_exact(&mut b).unwrap();
+                            assert_eq!(b, msg.as_bytes());
+                        }
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+            assert!(goro::stats().retakes_detected > 0);
+        })
+    });
+}
