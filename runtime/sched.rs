@@ -116,6 +116,12 @@ pub(crate) struct Sched {
     pub(crate) stack_size: AtomicUsize,
     /// STW serialisation (procresize callers).
     stw: Mutex<()>,
+    /// sysmon sleeps on `sysmonnote` while every P is idle (Go's
+    /// sysmonwait); set and cleared under sched.lock, read without it by
+    /// acquirep (Relaxed: a stale false only delays sysmon to its timeout,
+    /// a stale true costs one lock).
+    pub(crate) sysmonwait: AtomicBool,
+    pub(crate) sysmonnote: Note,
 }
 
 /// The scheduler singleton.
@@ -146,6 +152,8 @@ pub(crate) static SCHED: Sched = Sched {
     mcount: AtomicI32::new(0),
     stack_size: AtomicUsize::new(256 << 10),
     stw: Mutex::new(()),
+    sysmonwait: AtomicBool::new(false),
+    sysmonnote: Note::new(),
 };
 
 /// Every live M (Go's allm), for GODEBUG=scheddetail; mexit removes its M.
@@ -685,6 +693,22 @@ pub(crate) fn acquirep(m: &M, pp: *mut P) {
     p.m.set(m as *const M as *mut M);
     p.set_status(PStatus::Running);
     m.p.set(pp);
+    if SCHED.sysmonwait.load(Ordering::Relaxed) {
+        wake_sysmon();
+    }
+}
+
+/// Wakes sysmon from its all-idle sleep: a P is busy again (Go wakes it
+/// in entersyscall, exitsyscall and startTheWorld; goro whenever a P is
+/// acquired, so that a goroutine that starts computing is preempted on
+/// time).
+#[cold]
+pub(crate) fn wake_sysmon() {
+    let _s = SCHED.lock.lock();
+    if SCHED.sysmonwait.load(Ordering::Relaxed) {
+        SCHED.sysmonwait.store(false, Ordering::Relaxed);
+        SCHED.sysmonnote.wakeup();
+    }
 }
 
 /// Go's releasep: disassociate the M's P; returns it.

@@ -95,6 +95,11 @@ fn sysmon() -> ! {
         } else if idle > 50 {
             delay = (delay * 2).min(10_000);
         }
+        if SCHEDTRACE_MS.load(Ordering::Relaxed) == 0 && all_idle() && sysmon_wait() {
+            idle = 0;
+            delay = 20;
+            continue;
+        }
         let busy = SCHED.npidle.load(Ordering::Relaxed) < sched::gomaxprocs() as i32;
         // While a P is busy, wake often enough to keep the time slice to
         // within a quarter of it (1 ms for the default 10 ms).
@@ -152,6 +157,48 @@ fn sysmon() -> ! {
             schedtrace(now - start);
         }
     }
+}
+
+/// Every P idle (none running, none in a syscall) and no stop-the-world.
+fn all_idle() -> bool {
+    SCHED.npidle.load(Ordering::Relaxed) == sched::gomaxprocs() as i32
+        && !SCHED.gcwaiting.load(Ordering::Relaxed)
+}
+
+/// Go's sysmonwait: with every P idle there is nothing to retake or
+/// preempt, so sysmon sleeps until the next timer (to rescue it if no M
+/// is polling) or until acquirep wakes it. An idle process thus makes no
+/// periodic wake-ups. Returns whether it slept.
+fn sysmon_wait() -> bool {
+    let now = crate::os::nanotime();
+    let next = (0..sched::gomaxprocs())
+        .map(|i| sched::allp(i).timers.next_when())
+        .filter(|&w| w != 0)
+        .min();
+    // The rescue fires 1 ms after a timer is due.
+    let sleep = match next {
+        Some(w) => (w + 1_000_000 - now).min(60_000_000_000),
+        None => 60_000_000_000,
+    };
+    if sleep <= 0 {
+        return false;
+    }
+    {
+        let _s = SCHED.lock.lock();
+        if !all_idle() {
+            return false;
+        }
+        SCHED.sysmonwait.store(true, Ordering::Relaxed);
+    }
+    SCHED.sysmonnote.sleep_timeout(sleep);
+    let _s = SCHED.lock.lock();
+    if SCHED.sysmonwait.load(Ordering::Relaxed) {
+        // Timed out: nobody will wake the note now (wake_sysmon checks
+        // sysmonwait under the lock).
+        SCHED.sysmonwait.store(false, Ordering::Relaxed);
+    }
+    SCHED.sysmonnote.clear();
+    true
 }
 
 /// Whether `p` has work that its running G keeps from running: local or

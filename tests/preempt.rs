@@ -1135,3 +1135,52 @@ fn std_net_echo_unguarded() {
         })
     });
 }
+
+/// Context switches of every thread of this process (voluntary and not).
+fn ctx_switches() -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for l in s.lines() {
+            if l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches") {
+                n += l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            }
+        }
+    }
+    n
+}
+
+/// An idle runtime sleeps: with 100 goroutines parked and nothing to do,
+/// sysmon stops ticking (Go's sysmonwait) and idle Ms park without
+/// periodic wake-ups. The bound is generous (Go measures 3–9 switches/s;
+/// goro's sysmon alone used to make 100).
+#[test]
+fn idle_runtime_sleeps() {
+    child("idle_runtime_sleeps", &[("GOMAXPROCS", "2")], || {
+        if qemu() {
+            // qemu-user's own threads and timers dominate the count.
+            return;
+        }
+        let (tx, rx) = goro::chan::<()>(0);
+        let hs: Vec<_> = (0..100)
+            .map(|_| {
+                let rx = rx.clone();
+                goro::spawn(move || {
+                    let _ = rx.recv();
+                })
+            })
+            .collect();
+        // Let the spawn burst settle (spinning Ms give up, sysmon backs off).
+        std::thread::sleep(Duration::from_millis(300));
+        let before = ctx_switches();
+        std::thread::sleep(Duration::from_secs(1));
+        let after = ctx_switches();
+        drop(tx);
+        for h in hs {
+            h.join().unwrap();
+        }
+        let per_s = after - before;
+        println!("context switches in 1 s of idleness: {per_s}");
+        assert!(per_s < 30, "{per_s} context switches in 1 s of idleness");
+    });
+}
