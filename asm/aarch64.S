@@ -6,7 +6,7 @@
 //
 // A suspended context (gobuf.sp points at the lowest word), 176 bytes:
 //
-//     +160  fpcr (8) + padding (8)
+//     +160  padding (16)
 //     +144  d14, d15
 //     +128  d12, d13
 //     +112  d10, d11
@@ -19,11 +19,12 @@
 //     +0    x19, x20          <- gobuf.sp (16-byte aligned)
 //
 // ABI checklist. Saved: x19-x29, lr, sp (in the gobuf), the low 64 bits of
-// v8-v15 (d8-d15; AAPCS64 makes only those callee-saved) and fpcr (rounding
-// mode, flush-to-zero). Not saved: x0-x18 and the rest of the vector
-// registers (caller-saved; every switch is a call), nzcv and fpsr (not
-// preserved across calls by the ABI). x18 is the platform register and is
-// not touched.
+// v8-v15 (d8-d15; AAPCS64 makes only those callee-saved). Not saved: x0-x18
+// and the rest of the vector registers (caller-saved; every switch is a
+// call), nzcv and fpsr (not preserved across calls by the ABI), and fpcr:
+// Rust assumes the default floating-point environment (see asm/x86_64.S);
+// asynchronous preemption restores it with everything else. x18 is the
+// platform register and is not touched.
 
     .text
 
@@ -32,8 +33,8 @@
     .globl goro_asm_start
 goro_asm_start:
 
-// SAVE_FRAME: push a SwitchFrame (callee-saved registers, d8-d15, fpcr)
-// with CFI for fp and lr. Clobbers x9 (a temporary, never an argument).
+// SAVE_FRAME: push a SwitchFrame (callee-saved registers, d8-d15) with CFI
+// for each. Clobbers nothing else.
     .macro SAVE_FRAME
     sub sp, sp, #176                // room for the frame
     .cfi_def_cfa_offset 176
@@ -70,8 +71,6 @@ goro_asm_start:
     .cfi_offset d14, -32
     .cfi_offset d15, -24
 
-    mrs x9, fpcr                    // FP control register
-    str x9, [sp, #160]
     .endm
 
 // fn goro_switch(save_sp: *mut usize /* x0 */, new_sp: usize /* x1 */)
@@ -88,7 +87,7 @@ goro_switch:
     .cfi_endproc
     .size goro_switch, .-goro_switch
 
-// fn goro_gogo(sp: usize /* x0 */, live_fp: u64 /* x1, unused: reading fpcr is cheap */) -> !
+// fn goro_gogo(sp: usize /* x0 */) -> !
     .globl goro_gogo
     .type goro_gogo,%function
     .p2align 4
@@ -125,12 +124,6 @@ goro_restore:
     .cfi_offset d13, -40
     .cfi_offset d14, -32
     .cfi_offset d15, -24
-    ldr x9, [sp, #160]              // saved fpcr
-    mrs x10, fpcr                   // live fpcr (cheap to read)
-    cmp x9, x10
-    b.eq 1f                         // writing fpcr is slow: only on a change
-    msr fpcr, x9
-1:
     ldp d8, d9, [sp, #96]
     ldp d10, d11, [sp, #112]
     ldp d12, d13, [sp, #128]
@@ -148,8 +141,7 @@ goro_restore:
     .size goro_restore, .-goro_restore
 
 // fn goro_mcall(save_sp: *mut usize /* x0 */, g0_sp: usize /* x1 */,
-//               f: extern "C" fn(*mut u8) -> ! /* x2 */, arg: *mut u8 /* x3 */,
-//               live_fp: *mut u64 /* x4, unused on aarch64 */)
+//               f: extern "C" fn(*mut u8) -> ! /* x2 */, arg: *mut u8 /* x3 */)
     .globl goro_mcall
     .type goro_mcall,%function
     .p2align 4

@@ -18,7 +18,7 @@
 //     | r13                 |  +24
 //     | r14                 |  +16
 //     | r15                 |  +8
-//     | x87 CW | MXCSR      |  +0    [sp+4] = x87 control word, [sp] = MXCSR
+//     | (padding)           |  +0    keeps gobuf.sp 16-byte aligned
 //     +---------------------+  <- gobuf.sp (16-byte aligned)
 //     low addresses
 //
@@ -26,12 +26,16 @@
 // same frame with rbx = argument, r12 = entry function and the return address
 // = goro_gostart, so the first gogo "returns" into the trampoline.
 //
-// ABI checklist. Saved: rbx, rbp, r12-r15, rsp (in the gobuf), the MXCSR
-// control/status register and the x87 control word (both callee-saved under
-// SysV). Not saved, deliberately: caller-saved GPRs and all vector registers
-// (every switch is a call, so the caller has already spilled them), the x87
-// status word and stack (empty at a call by ABI), rflags except DF (DF is
-// clear at every call by ABI).
+// ABI checklist. Saved: rbx, rbp, r12-r15, rsp (in the gobuf). Not saved,
+// deliberately: caller-saved GPRs and all vector registers (every switch is
+// a call, so the caller has already spilled them), the x87 status word and
+// stack (empty at a call by ABI), rflags except DF (DF is clear at every
+// call by ABI), and the MXCSR / x87 control words: Rust assumes the default
+// floating-point environment everywhere (changing it is undefined
+// behaviour; `_mm_setcsr` is deprecated for that reason), and Go does not
+// save them on gogo either. An asynchronous preemption, which can stop code
+// at any instruction, saves and restores the complete FP state through the
+// kernel's signal frame (goro_async_preempt below).
 
     .text
     // Intel syntax (global_asm!'s default on x86_64).
@@ -41,10 +45,9 @@
     .globl goro_asm_start
 goro_asm_start:
 
-// SAVE_FRAME: push a SwitchFrame (callee-saved registers, MXCSR, x87 CW)
-// below the return address, with CFI for each slot, and leave the live FP
-// control state (MXCSR | x87 CW << 32) in rax. Clobbers r11 (caller-saved,
-// never an argument register), so rdi..r9 still hold the routine's arguments.
+// SAVE_FRAME: push a SwitchFrame (callee-saved registers and an 8-byte pad)
+// below the return address, with CFI for each slot. Clobbers nothing else,
+// so rdi..r9 still hold the routine's arguments.
     .macro SAVE_FRAME
     push rbp                        // callee-saved frame pointer
     .cfi_adjust_cfa_offset 8
@@ -64,16 +67,8 @@ goro_asm_start:
     push r15
     .cfi_adjust_cfa_offset 8
     .cfi_rel_offset r15, 0
-    sub rsp, 8                      // room for MXCSR + x87 CW
+    sub rsp, 8                      // pad: the saved sp is 16-byte aligned
     .cfi_adjust_cfa_offset 8
-    stmxcsr [rsp]                   // MXCSR (rounding mode, FTZ/DAZ, masks)
-    fnstcw [rsp + 4]                // x87 control word
-    // Reload each store with a load of the same width: an 8-byte load
-    // spanning both stores would miss store-to-load forwarding and stall.
-    mov r11d, [rsp]                 // MXCSR
-    movzx eax, word ptr [rsp + 4]   // x87 CW
-    shl rax, 32
-    or rax, r11                     // rax = live FP control state
     .endm
 
 // fn goro_switch(save_sp: *mut usize /* rdi */, new_sp: usize /* rsi */)
@@ -85,25 +80,20 @@ goro_asm_start:
 goro_switch:
     .cfi_startproc
     SAVE_FRAME
-    mov rdx, rax                    // live FP control state, for goro_restore
     mov [rdi], rsp                  // *save_sp = sp: this context is now suspended
     mov rsp, rsi                    // adopt the target's stack
     jmp goro_restore                // pop the target's frame and return into it
     .cfi_endproc
     .size goro_switch, .-goro_switch
 
-// fn goro_gogo(sp: usize /* rdi */, live_fp: u64 /* rsi */) -> !
+// fn goro_gogo(sp: usize /* rdi */) -> !
 // Go's gogo: resume the suspended context at sp. The current context is
 // abandoned (used on g0, whose frames are discarded at every mcall).
-// live_fp is the FP control state this thread runs with now (MXCSR in the
-// low 32 bits, x87 CW in bits 32..48), as the last goro_mcall on this M
-// published it: g0 never changes it.
     .globl goro_gogo
     .type goro_gogo,@function
     .p2align 4
 goro_gogo:
     .cfi_startproc
-    mov rdx, rsi                    // live FP control state
     mov rsp, rdi                    // adopt the target's stack
     jmp goro_restore
     .cfi_endproc
@@ -121,18 +111,7 @@ goro_restore:
     .cfi_offset r13, -40
     .cfi_offset r14, -48
     .cfi_offset r15, -56
-    // In: rdx = live FP control state (MXCSR | x87 CW << 32). The saved
-    // state almost never differs from the live one, and ldmxcsr/fldcw are
-    // slow (they serialise the FP pipeline), so load only on a difference.
-    mov rax, [rsp]                  // saved FP control state (+ 2 pad bytes)
-    xor rax, rdx                    // difference with the live state
-    mov r11, 0xFFFF0000FFC0         // control bits only: MXCSR 6..15 (not the
-                                    // sticky exception flags 0..5), x87 CW;
-                                    // not the pad (r11 is caller-saved: dead)
-    and rax, r11
-    jnz 3f                          // differs: load both
-2:
-    add rsp, 8
+    add rsp, 8                      // the pad
     .cfi_def_cfa rsp, 56
     pop r15
     .cfi_def_cfa rsp, 48
@@ -153,20 +132,14 @@ goro_restore:
                                     // jump, predicted by target history,
                                     // where a `ret` would always miss the
                                     // return stack buffer after a stack swap
-3:
-    ldmxcsr [rsp]                   // restore MXCSR
-    fldcw [rsp + 4]                 // restore the x87 control word
-    jmp 2b
     .cfi_endproc
     .size goro_restore, .-goro_restore
 
 // fn goro_mcall(save_sp: *mut usize /* rdi */, g0_sp: usize /* rsi */,
-//               f: extern "C" fn(*mut u8) -> ! /* rdx */, arg: *mut u8 /* rcx */,
-//               live_fp: *mut u64 /* r8 */)
+//               f: extern "C" fn(*mut u8) -> ! /* rdx */, arg: *mut u8 /* rcx */)
 // Go's mcall: save the current goroutine's context into *save_sp, switch to
 // the M's g0 stack at g0_sp (its fixed base: earlier g0 frames are dead) and
-// call f(arg) there, after publishing the live FP control state to
-// *live_fp for the next gogo. f must never return; the goroutine resumes later when
+// call f(arg) there. f must never return; the goroutine resumes later when
 // the scheduler gogo's its saved sp, which returns from goro_mcall.
     .globl goro_mcall
     .type goro_mcall,@function
@@ -174,7 +147,6 @@ goro_restore:
 goro_mcall:
     .cfi_startproc
     SAVE_FRAME
-    mov [r8], rax                   // *live_fp = this thread's FP control state
     mov [rdi], rsp                  // *save_sp = sp: the goroutine is suspended
     mov rsp, rsi                    // onto g0's stack (16-byte aligned base)
     .cfi_undefined rip              // g0 frames below do not unwind into the G

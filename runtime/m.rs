@@ -138,10 +138,6 @@ pub(crate) struct M {
     /// Retired: a locked G exited without unlocking; the thread never runs
     /// another goroutine and exits (sched::mexit, as Go terminates it).
     pub(crate) retired: Cell<bool>,
-    /// The thread's live FP control state as of the last mcall (x86_64:
-    /// MXCSR | x87 CW << 32), handed to gogo so it reloads them only when a
-    /// goroutine's saved state differs. g0 code never changes it.
-    pub(crate) live_fp: Cell<u64>,
     /// Alternate signal stack (base, size), for the guard-page fault handler.
     pub(crate) gsignal: Cell<(usize, usize)>,
     /// Saved context of `mstart` on the thread's native stack (a `Gobuf`'s
@@ -182,7 +178,6 @@ impl M {
             detached: AtomicBool::new(false),
             lockedg: Cell::new(ptr::null_mut()),
             retired: Cell::new(false),
-            live_fp: Cell::new(0),
             gsignal: Cell::new((0, 0)),
             mstart_buf: Cell::new(0),
         }))

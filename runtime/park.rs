@@ -32,7 +32,6 @@ pub(crate) fn mcall_locked(f: arch::McallFn) {
             m.g0_sp.get(),
             f,
             gp.cast(),
-            m.live_fp.as_ptr(),
         );
     }
 }
@@ -331,7 +330,7 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
             m.curg.set(gp);
             g.m.set(m as *const M as *mut M);
             // SAFETY: gp's context was saved by mcall; we own it.
-            unsafe { arch::gogo((*g.gobuf()).sp, m.live_fp.get()) }
+            unsafe { arch::gogo((*g.gobuf()).sp) }
         }
         None => {
             sched::globrunqput_and_wake(gp);

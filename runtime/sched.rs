@@ -632,7 +632,6 @@ fn mstart(mp: *mut M) {
     let m = unsafe { &*mp };
     m.procid.store(os::gettid(), Ordering::Relaxed);
     crate::signal::minit(m);
-    m.live_fp.set(arch::fp_state());
     // g0's base: below mstart's frame and the context the mcall below
     // pushes there, so g0 frames never overwrite either.
     let sp = (stack_below_caller() - MSTART_RESERVE) & !15;
@@ -646,7 +645,6 @@ fn mstart(mp: *mut M) {
             sp,
             mstart_g0,
             mp.cast(),
-            m.live_fp.as_ptr(),
         )
     };
     // Resumed by mexit: the M is out of every list; hand its struct back.
@@ -886,7 +884,7 @@ fn mexit(m: &M) -> ! {
     // SAFETY: sp is mstart's context saved by its mcall on this thread's
     // native stack, above g0_sp, so no g0 frame has overwritten it; g0's
     // own frames (ours) are dead after the switch.
-    unsafe { arch::gogo(sp, m.live_fp.get()) }
+    unsafe { arch::gogo(sp) }
 }
 
 // ---------------------------------------------------------------------------
@@ -1003,7 +1001,7 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     }
     // SAFETY: gp's context was saved by mcall or built by newproc; the
     // status CAS above gave us exclusive ownership; g0's frames are dead.
-    unsafe { arch::gogo((*g.gobuf()).sp, m.live_fp.get()) }
+    unsafe { arch::gogo((*g.gobuf()).sp) }
 }
 
 /// Go's findRunnable: block until there is a G to run; returns it with the

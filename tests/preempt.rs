@@ -353,7 +353,7 @@ fn sleeper_beside_hog_migrate() {
 fn asyncpreemptoff() {
     child(
         "asyncpreemptoff",
-        &[ONE_P, ("GODEBUG", "asyncpreemptoff=1")],
+        &[ONE_P, ("GODEBUG", "asyncpreemptoff=1,gorodetect=0")],
         || {
             goro::run(|| {
                 let hog = goro::spawn(|| {

@@ -14,8 +14,9 @@ pub(crate) struct SwitchFrame {
     x29: usize,
     x30: usize,
     d8_d15: [u64; 8],
-    fpcr: usize,
-    _pad: usize,
+    /// Keeps the frame a multiple of 16 bytes (fpcr is not saved on a
+    /// cooperative switch: see the ABI checklist in the asm).
+    _pad: [usize; 2],
 }
 
 const _: () = {
@@ -24,13 +25,12 @@ const _: () = {
     assert!(core::mem::offset_of!(SwitchFrame, x29) == 80);
     assert!(core::mem::offset_of!(SwitchFrame, x30) == 88);
     assert!(core::mem::offset_of!(SwitchFrame, d8_d15) == 96);
-    assert!(core::mem::offset_of!(SwitchFrame, fpcr) == 160);
     assert!(core::mem::size_of::<SwitchFrame>() == 176);
 };
 
 impl SwitchFrame {
     /// First frame of a goroutine: goro_gostart runs `entry(arg)` with
-    /// x19 = arg, x20 = entry, fpcr = 0 (round to nearest, no flush-to-zero).
+    /// x19 = arg, x20 = entry.
     pub(crate) fn new(entry: EntryFn, arg: *mut u8, gostart: usize) -> Self {
         SwitchFrame {
             x19: arg as usize,
@@ -39,15 +39,9 @@ impl SwitchFrame {
             x29: 0,
             x30: gostart,
             d8_d15: [0; 8],
-            fpcr: 0,
-            _pad: 0,
+            _pad: [0; 2],
         }
     }
-}
-
-/// Unused on aarch64 (goro_restore reads fpcr itself, which is cheap).
-pub(crate) fn fp_state() -> u64 {
-    0
 }
 
 // ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ mod imp;
 compile_error!("goro supports only x86_64 and aarch64");
 
 pub(crate) use imp::{
-    fp_state, sigframe_relocate, sigframe_set_altstack, sigframe_start, uc_in_syscall, uc_pc_sp,
+    sigframe_relocate, sigframe_set_altstack, sigframe_start, uc_in_syscall, uc_pc_sp,
     uc_redirect, SwitchFrame, FRAME_ALIGN, RED_ZONE,
 };
 
@@ -41,8 +41,8 @@ pub(crate) struct Gobuf {
 
 extern "C" {
     fn goro_switch(save_sp: *mut usize, new_sp: usize);
-    fn goro_gogo(sp: usize, live_fp: u64) -> !;
-    fn goro_mcall(save_sp: *mut usize, g0_sp: usize, f: McallFn, arg: *mut u8, live_fp: *mut u64);
+    fn goro_gogo(sp: usize) -> !;
+    fn goro_mcall(save_sp: *mut usize, g0_sp: usize, f: McallFn, arg: *mut u8);
     fn goro_gostart();
     fn goro_async_preempt();
     static goro_asm_start: u8;
@@ -76,21 +76,18 @@ pub(crate) unsafe fn switch(save: *mut Gobuf, to: usize) {
     unsafe { goro_switch(save.cast(), to) }
 }
 
-/// Go's gogo: abandon the current context and resume `sp`. `live_fp` is
-/// the thread's current FP control state as the last [`mcall`] on this
-/// thread published it (x86_64; ignored on aarch64).
+/// Go's gogo: abandon the current context and resume `sp`.
 ///
 /// # Safety
 /// As for [`switch`]; additionally the current stack's frames are dead after
 /// this call (only g0 does this: its frames are discarded at every mcall).
 #[inline(always)]
-pub(crate) unsafe fn gogo(sp: usize, live_fp: u64) -> ! {
+pub(crate) unsafe fn gogo(sp: usize) -> ! {
     // SAFETY: guaranteed by the caller.
-    unsafe { goro_gogo(sp, live_fp) }
+    unsafe { goro_gogo(sp) }
 }
 
-/// Go's mcall: suspend the current goroutine into `save`, publish the
-/// thread's FP control state to `*live_fp`, switch to the g0 stack at
+/// Go's mcall: suspend the current goroutine into `save`, switch to the g0 stack at
 /// `g0_sp` and run `f(arg)` there. Returns when the goroutine is
 /// resumed with gogo.
 ///
@@ -104,10 +101,9 @@ pub(crate) unsafe fn mcall(
     g0_sp: usize,
     f: McallFn,
     arg: *mut u8,
-    live_fp: *mut u64,
 ) {
     // SAFETY: guaranteed by the caller.
-    unsafe { goro_mcall(save.cast(), g0_sp, f, arg, live_fp) }
+    unsafe { goro_mcall(save.cast(), g0_sp, f, arg) }
 }
 
 /// Lays out the first frame of a new context below `top` so that resuming it
