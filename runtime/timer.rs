@@ -23,6 +23,15 @@ pub(crate) enum Action {
     /// Send the current time without blocking (Go's sendTime); with
     /// `period > 0` re-arm, dropping ticks a slow reader missed.
     Send { tx: Sender<Instant>, period: i64 },
+    /// Call `f(arg, seq)` (Go's timer f/arg/seq), unless `*gen != seq`
+    /// by then: the owner bumps `gen` to cancel (netpoll deadlines). `gen`
+    /// must live forever (poll descriptors are never freed).
+    Call {
+        f: fn(usize, u64),
+        arg: usize,
+        gen: &'static core::sync::atomic::AtomicU64,
+        seq: u64,
+    },
 }
 
 // SAFETY: the G pointer is a handle owned by the timer until it fires.
@@ -61,6 +70,8 @@ impl Timer {
                 // (generations only grow, so stale stays stale).
                 unsafe { (*gp).selgen.load(Ordering::Relaxed) != 2 * seq }
             }
+            // Relaxed: as above, a cancelled call stays cancelled.
+            Action::Call { gen, seq, .. } => gen.load(Ordering::Relaxed) != seq,
             _ => false,
         }
     }
@@ -172,6 +183,12 @@ impl Timers {
                     {
                         g.param.store(0, Ordering::Relaxed);
                         crate::park::goready(gp);
+                    }
+                }
+                Action::Call { f, arg, gen, seq } => {
+                    // Relaxed: f re-checks seq under its own synchronisation.
+                    if gen.load(Ordering::Relaxed) == seq {
+                        f(arg, seq);
                     }
                 }
                 Action::Send { tx, period } => {
