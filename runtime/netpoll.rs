@@ -274,6 +274,16 @@ impl PollDesc {
         self.fd.load(Ordering::Relaxed)
     }
 
+    /// Whether a goroutine is parked on the `mode` slot (tests only).
+    pub(crate) fn parked(&self, mode: Mode) -> bool {
+        let slot = match mode {
+            Mode::Read => &self.rg,
+            Mode::Write => &self.wg,
+        };
+        // Acquire: a diagnostic read of the slot.
+        slot.load(Ordering::Acquire) > PD_WAIT
+    }
+
     /// Whether `evict` ran (Go's netpollcheckerr errClosing).
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)

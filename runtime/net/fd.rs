@@ -59,6 +59,11 @@ impl NetFd {
         self.pd.evict();
     }
 
+    /// Whether a goroutine is parked waiting for `mode` (tests only).
+    pub(crate) fn parked(&self, mode: Mode) -> bool {
+        self.pd.parked(mode)
+    }
+
     pub(crate) fn set_timeout(&self, mode: Mode, t: Option<Duration>) -> io::Result<()> {
         let ns = match t {
             None => 0,

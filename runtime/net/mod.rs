@@ -81,6 +81,17 @@ macro_rules! common_socket_methods {
                 };
             }
 
+            /// Test hook: whether a goroutine is parked on this socket
+            /// waiting to read (`write = false`) or write. Not public API.
+            #[doc(hidden)]
+            pub fn __parked(&self, write: bool) -> bool {
+                self.fd.parked(if write {
+                    crate::netpoll::Mode::Write
+                } else {
+                    crate::netpoll::Mode::Read
+                })
+            }
+
             /// Gets and clears the socket's pending error (SO_ERROR).
             pub fn take_error(&self) -> std::io::Result<Option<std::io::Error>> {
                 self.inner.take_error()
