@@ -132,11 +132,17 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
     for e in events.iter().take(n.max(0) as usize) {
         let token = e.u64;
         if token == BREAK_TOKEN {
-            let mut buf: u64 = 0;
-            let fd = BREAK_FD.load(Ordering::Acquire);
-            // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
-            unsafe { libc::read(fd, (&mut buf as *mut u64).cast(), 8) };
-            WAKE_SIG.store(0, Ordering::Release);
+            // Only a blocking poll drains the break (Go does the same): a
+            // non-blocking poll (findRunnable, sysmon) that consumed it would
+            // leave the M blocked in epoll_wait asleep. The eventfd is
+            // level-triggered, so the blocked M still sees it.
+            if delay != 0 {
+                let mut buf: u64 = 0;
+                let fd = BREAK_FD.load(Ordering::Acquire);
+                // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
+                unsafe { libc::read(fd, (&mut buf as *mut u64).cast(), 8) };
+                WAKE_SIG.store(0, Ordering::Release);
+            }
             continue;
         }
         let ev = e.events;

@@ -50,7 +50,7 @@ struct Guard {
 
 /// Every test runs on the same runtime with GOMAXPROCS=2.
 fn init() -> Guard {
-    let _ = goro::start(goro::Config::default().max_procs(2));
+    let _ = goro::start(goro::Config::from_env().max_procs(2));
     Guard {
         _w: watchdog(),
         _r: Some(FDS.read().unwrap_or_else(|e| e.into_inner())),
@@ -60,7 +60,7 @@ fn init() -> Guard {
 
 /// Like `init`, with the whole fd table to itself.
 fn init_alone() -> Guard {
-    let _ = goro::start(goro::Config::default().max_procs(2));
+    let _ = goro::start(goro::Config::from_env().max_procs(2));
     Guard {
         _w: watchdog(),
         _r: None,
@@ -648,6 +648,10 @@ fn emfile_child() {
         // server's accept fails with EMFILE and backs off.
         let mut c = TcpStream::connect(addr).unwrap();
         c.write_all(b"z").unwrap();
+        // Wait until the accept loop has hit EMFILE and backed off.
+        while goro::net::__accept_backoffs() == 0 {
+            goro::yield_now();
+        }
         // Free fds: the accept loop must recover and serve.
         fill.truncate(fill.len().saturating_sub(16));
         let mut b = [0u8; 1];
@@ -664,6 +668,46 @@ fn emfile_child() {
     println!("EMFILE-CHILD-OK");
 }
 
+/// Runs `cmd` with a hang limit; returns (exit status or None if it had to
+/// be killed, stdout, stderr). The limit is hang detection, not a speed
+/// assertion.
+fn run_child(
+    cmd: &mut std::process::Command,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String, String) {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let collect = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = collect(Box::new(child.stdout.take().unwrap()));
+    let err = collect(Box::new(child.stderr.take().unwrap()));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(limit) {
+        Ok(st) => Some(st.unwrap()),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid (not yet reaped: the
+            // waiter thread is still blocked in wait).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let _ = rx.recv();
+            None
+        }
+    };
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
 #[test]
 fn accept_loop_survives_emfile() {
     let _w = init();
@@ -675,17 +719,20 @@ fn accept_loop_survives_emfile() {
     } else {
         std::process::Command::new(&exe)
     };
-    let out = cmd
-        .args(["emfile_child", "--exact", "--nocapture", "--test-threads=1"])
-        .env("GORO_NET_EMFILE_CHILD", "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    cmd.args(["emfile_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("GORO_NET_EMFILE_CHILD", "1");
+    // Half the watchdog's limit, so a hung child is reported with its output.
+    let limit = std::env::var("GORO_WATCHDOG_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(Duration::from_secs(if qemu() { 300 } else { 60 }), |s| {
+            Duration::from_secs(s / 2)
+        });
+    let out = run_child(&mut cmd, limit);
+    let (status, stdout, stderr) = out;
     assert!(
-        out.status.success() && stdout.contains("EMFILE-CHILD-OK"),
-        "child failed: {}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
+        status.is_some_and(|s| s.success()) && stdout.contains("EMFILE-CHILD-OK"),
+        "child failed ({status:?}; None = hung and killed)\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert_eq!(
         stderr.matches("goro::net: accept error").count(),

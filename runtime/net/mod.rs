@@ -155,6 +155,16 @@ fn accept_temporary(e: &std::io::Error) -> bool {
     )
 }
 
+/// Temporary accept errors waited out by `incoming()` (only grows).
+static ACCEPT_BACKOFFS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Test hook: how many times an `incoming()` loop has backed off after a
+/// temporary accept error (EMFILE, ...). Not public API.
+#[doc(hidden)]
+pub fn __accept_backoffs() -> u64 {
+    ACCEPT_BACKOFFS.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Backoff for temporary accept errors: logs the first one of the process
 /// to stderr, then parks 5 ms, doubling up to 1 s (Go's http.Server).
 struct AcceptBackoff(std::time::Duration);
@@ -169,6 +179,8 @@ impl AcceptBackoff {
         if !LOGGED.swap(true, core::sync::atomic::Ordering::Relaxed) {
             eprintln!("goro::net: accept error: {e}; retrying with backoff (logged once)");
         }
+        // Relaxed: a statistic.
+        ACCEPT_BACKOFFS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
         self.0 = if self.0.is_zero() {
             std::time::Duration::from_millis(5)
         } else {
