@@ -628,8 +628,10 @@ fn emfile_child() {
                 let mut c = c.unwrap();
                 let mut b = [0u8; 1];
                 c.read_exact(&mut b).unwrap();
-                c.write_all(&b).unwrap();
+                // Counted before the reply, so a client that got its reply
+                // sees the count.
                 s2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                c.write_all(&b).unwrap();
             }
         });
         // Fill the fd table, keeping one slot for the client socket.
