@@ -60,6 +60,12 @@
 //! returns `TimedOut`. A timer that loses the race with a new wait of the
 //! same G only causes a spurious wake-up (see above).
 //!
+//! Breaks: `netpoll_break` makes the (level-triggered) eventfd readable
+//! once per blocked poll (`WAKE_SIG`); only a blocking `netpoll` drains it.
+//! A non-blocking poll (findRunnable, sysmon) also sees the event but must
+//! leave it, or the M blocked in epoll_wait would miss its wake-up and
+//! sleep past a timer (Go's netpoll has the same rule).
+//!
 //! `NETPOLL_WAITERS` counts goroutines between claiming a slot and waking
 //! (Go's netpollWaiters) so findRunnable and sysmon skip epoll entirely
 //! when nobody waits on the network: one Relaxed load.
