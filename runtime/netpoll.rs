@@ -274,6 +274,7 @@ impl PollDesc {
         // SAFETY: ep is our epoll fd, fd a caller-owned open fd, ev valid.
         if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
             let e = std::io::Error::last_os_error();
+            // Relaxed: never published; the cache lock orders reuse.
             pd.fd.store(-1, Ordering::Relaxed);
             POLL_CACHE.lock().push(pd);
             return Err(e);
@@ -307,6 +308,8 @@ impl PollDesc {
     pub(crate) fn evict(&self) {
         // SeqCst: pairs with the slot claim in `wait` (essay: closing).
         self.closing.store(true, Ordering::SeqCst);
+        // SeqCst (as everywhere on rseq/wseq): cancels armed deadline
+        // timers; their check in `deadline_fired` is a SeqCst load.
         self.rseq.fetch_add(1, Ordering::SeqCst);
         self.wseq.fetch_add(1, Ordering::SeqCst);
         for slot in [&self.rg, &self.wg] {
@@ -330,6 +333,7 @@ impl PollDesc {
         unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, self.fd(), &mut ev) };
         // Release: pairs with netpoll's Acquire; stale tokens now mismatch.
         self.fdseq.fetch_add(1, Ordering::Release);
+        // Relaxed: the descriptor is ours until the cache lock hands it out.
         self.fd.store(-1, Ordering::Relaxed);
         POLL_CACHE.lock().push(self);
     }
