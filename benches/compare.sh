@@ -4,6 +4,7 @@
 #
 #   benches/compare.sh [workload ...]        # default: all workloads
 #   benches/compare.sh mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone
+#   benches/compare.sh http                  # optional: HTTP/1.1 keep-alive servers under wrk
 #
 # Environment:
 #   REPEAT=5        runs per (workload, impl); the table shows the median
@@ -41,6 +42,99 @@ WORKLOADS=${*:-$ALL_WORKLOADS}
 
 notes=()
 note() { notes+=("$*"); }
+
+# ------------------------------------------------------------- http -------
+# `compare.sh http`: the same minimal HTTP/1.1 keep-alive server (one
+# goroutine/task per connection, fixed 13-byte body) in Go (net.Listener,
+# benches/go/http_hello), goro (examples/http_hello.rs), tokio and may
+# (peers' http_server), each with 2 Ps/workers, driven by
+# `wrk -t2 -c100` and `-c1000` for HTTP_DURATION (default 10s). Reports
+# requests/s and wrk's p99 latency. Separate from the default table.
+#   HTTP_DURATION=5s HTTP_IMPLS="go goro tokio may" HTTP_CONNS="100 1000"
+http_bench() {
+    local dur=${HTTP_DURATION:-10s} impls=${HTTP_IMPLS:-"go goro tokio may"}
+    local conns=${HTTP_CONNS:-"100 1000"} root
+    root=$(cd "$HERE/.." && pwd)
+    command -v wrk >/dev/null || { echo "http: wrk not found" >&2; exit 1; }
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+    echo "building http servers ..." >&2
+    local goro_bin=$root/target/release/examples/http_hello
+    local peer_bin=$TARGET/release/http_server
+    local go_bin=$TARGET/go-http-hello
+    cargo build --release --manifest-path "$root/Cargo.toml" --example http_hello >>"$BUILDLOG" 2>&1 ||
+        note "goro: examples/http_hello did not build (see $BUILDLOG)"
+    cargo build --release --manifest-path "$PEERS/Cargo.toml" --no-default-features --bin http_server \
+        >>"$BUILDLOG" 2>&1 || note "tokio/may: http_server did not build (see $BUILDLOG)"
+    (cd "$HERE/go/http_hello" && GO111MODULE=off GOFLAGS= go build -o "$go_bin" http_hello.go) \
+        >>"$BUILDLOG" 2>&1 || note "go: http_hello did not build (see $BUILDLOG)"
+    declare -A RPS P99
+    local port=18480 i c
+    for i in $impls; do
+        local cmd=()
+        case $i in
+            go) cmd=("$go_bin") ;;
+            goro) cmd=("$goro_bin") ;;
+            tokio | may) cmd=("$peer_bin" "$i") ;;
+        esac
+        port=$((port + 1))
+        local out=$TARGET/http-$i.out
+        GOMAXPROCS=2 "${cmd[@]}" "127.0.0.1:$port" >"$out" 2>&1 &
+        local pid=$!
+        local tries=0
+        until grep -q '^listening on' "$out" 2>/dev/null; do
+            tries=$((tries + 1))
+            if [ $tries -gt 100 ] || ! kill -0 $pid 2>/dev/null; then break; fi
+            sleep 0.1
+        done
+        if ! grep -q '^listening on' "$out"; then
+            note "$i: server did not start: $(tail -n 2 "$out" | tr '\n' ' ')"
+            kill $pid 2>/dev/null
+            continue
+        fi
+        for c in $conns; do
+            echo "  [http] $i -c$c -d$dur" >&2
+            local w
+            w=$(wrk -t2 -c"$c" -d"$dur" --latency "http://127.0.0.1:$port/" 2>&1)
+            echo "== $i c=$c" >>"$RESULTS"
+            echo "$w" >>"$RESULTS"
+            RPS[$i/$c]=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' <<<"$w")
+            P99[$i/$c]=$(awk '$1 == "99%" {print $2}' <<<"$w")
+            local errs
+            errs=$(grep -E 'Socket errors|Non-2xx' <<<"$w" | tr -s ' ' | tr '\n' ' ')
+            [ -n "$errs" ] && note "$i -c$c: $errs"
+        done
+        kill $pid 2>/dev/null
+        wait $pid 2>/dev/null
+    done
+    echo
+    echo "### HTTP/1.1 keep-alive hello server, wrk -t2 -d$dur, 2 Ps/workers ($(nproc) CPUs, $(go version 2>/dev/null | awk '{print $3}'))"
+    echo
+    local head="| impl |" rule="|---|"
+    for c in $conns; do
+        head+=" req/s c=$c | p99 c=$c |"
+        rule+="---:|---:|"
+    done
+    echo "$head"
+    echo "$rule"
+    for i in $impls; do
+        local row="| $i |"
+        for c in $conns; do
+            row+=" ${RPS[$i/$c]:-n/a} | ${P99[$i/$c]:-n/a} |"
+        done
+        echo "$row"
+    done
+    echo
+    echo "wrk output: $RESULTS"
+    if [ ${#notes[@]} -gt 0 ]; then
+        echo
+        echo "Notes:"
+        for n in "${notes[@]}"; do echo "- $n"; done
+    fi
+}
+if [ "${1:-}" = http ]; then
+    http_bench
+    exit 0
+fi
 
 # ---------------------------------------------------------------- build ----
 PEERS_BIN=""

@@ -27,7 +27,8 @@
 //! - user-facing: `sudog` (wait queues), `chan`, `select`, `time`,
 //!   `sema` (Go's semaphore table: waiters keyed by address), `sync`
 //!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
-//!   (`goroutine_local!`).
+//!   (`goroutine_local!`), `net` (TCP/UDP/Unix sockets on the netpoller's
+//!   poll descriptors).
 //!
 //! # Thread affinity (read this if you use thread-locals)
 //! A goroutine may resume on a different OS thread after any switch point:
@@ -65,6 +66,7 @@ mod sysmon;
 mod throw;
 mod timer;
 
+pub mod net;
 pub mod sync;
 pub mod time;
 

@@ -1,13 +1,80 @@
-//! The network poller's core: one epoll instance and an eventfd to break
-//! out of a blocking wait (Go's netpoll_epoll.go).
+//! The network poller (Go's netpoll.go + netpoll_epoll.go): one epoll
+//! instance, an eventfd to break a blocking wait, and a poll descriptor
+//! (`PollDesc`, Go's pollDesc) per registered fd.
 //!
-//! An M with nothing to run and timers pending blocks here until the
-//! earliest timer (findRunnable, sched.rs); `netpoll_break` wakes it when an
-//! earlier timer appears. Socket readiness (poll descriptors, `goro::net`)
-//! plugs into the same wait: `netpoll` returns the Gs it made runnable.
+//! An M with nothing to run blocks here until the earliest timer, or forever
+//! while goroutines wait on sockets (findRunnable, sched.rs); `netpoll_break`
+//! wakes it when an earlier timer appears. findRunnable also polls without
+//! blocking before it steals, and sysmon polls if nobody has for 10 ms.
+//!
+//! # Readiness protocol (Go's netpoll.go essay, as implemented here)
+//!
+//! Each fd is registered once, edge-triggered, for input and output
+//! (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET). Its `PollDesc` has two wait slots,
+//! `rg` (reader) and `wg` (writer), each an `AtomicUsize` in one of four
+//! states:
+//!
+//! - `PD_NIL`: no readiness recorded, nobody waiting;
+//! - `PD_READY`: an edge arrived that nobody has consumed yet;
+//! - `PD_WAIT`: a goroutine is about to park (it has claimed the slot but
+//!   is not parked yet);
+//! - a `*mut G`: that goroutine is parked (status Waiting) on the slot.
+//!
+//! The goroutine (`PollDesc::wait`, Go's netpollblock) first tried its
+//! syscall and got EAGAIN. It then consumes `PD_READY` (READY -> NIL, and
+//! retries the syscall: the edge may have come after its EAGAIN) or claims
+//! the slot (NIL -> WAIT), re-checks `closing`, and parks with a commit
+//! function that runs on g0 after the G is Waiting and CASes WAIT -> G (Go's
+//! netpollblockcommit). If that CAS fails, a waker got there first (it
+//! turned WAIT into READY or NIL) and the G resumes at once. After waking,
+//! the G swaps the slot to NIL and retries its syscall; it never trusts the
+//! wake-up itself, so a spurious one costs a syscall, never correctness.
+//!
+//! A waker (`unblock`, Go's netpollunblock) is epoll (`ioready`: the slot
+//! becomes READY), a deadline timer or `evict` (`!ioready`: the slot
+//! becomes NIL). It CASes the slot from what it saw; if it saw a G it now
+//! owns that G and is the only one that may ready it, because the CAS took
+//! the G out of the slot. Hence no G is readied twice and none is lost:
+//!
+//! - edge before the G claims the slot: the slot is READY; the G consumes
+//!   it and retries its syscall;
+//! - edge while the slot is WAIT: the waker sets READY, the commit CAS
+//!   fails, the G does not sleep;
+//! - edge after the commit: the waker takes the G and readies it.
+//!
+//! Closing (`evict`, Go's poll_runtime_pollUnblock): `closing` is set
+//! (SeqCst) before both slots are swapped; the G claims its slot (SeqCst)
+//! before it loads `closing`. Either the G sees `closing` and does not
+//! park, or `evict`'s swap sees WAIT or the G and wakes it. The fd is
+//! removed from epoll and closed only after the owner is dropped (Rust
+//! ownership guarantees nobody is inside an operation on it then), and the
+//! descriptor is recycled with `fdseq` bumped: epoll events already
+//! harvested for the old fd carry the old `fdseq` in their token (Go's
+//! tagged pointer) and are dropped, so fd reuse cannot ready a stranger.
+//!
+//! Deadlines (Go's netpolldeadlineimpl): a parking G with a deadline arms a
+//! runtime timer `Action::Call{read_deadline, pd, gen: rseq, seq}`; when
+//! the wait ends the G bumps `rseq`, which cancels the timer (the timer
+//! heap purges cancelled calls in bulk). A timer that fires unblocks the
+//! slot like `evict` does; the G compares the clock with its deadline and
+//! returns `TimedOut`. A timer that loses the race with a new wait of the
+//! same G only causes a spurious wake-up (see above).
+//!
+//! Breaks: `netpoll_break` makes the (level-triggered) eventfd readable
+//! once per blocked poll (`WAKE_SIG`); only a blocking `netpoll` drains it.
+//! A non-blocking poll (findRunnable, sysmon) also sees the event but must
+//! leave it, or the M blocked in epoll_wait would miss its wake-up and
+//! sleep past a timer (Go's netpoll has the same rule).
+//!
+//! `NETPOLL_WAITERS` counts goroutines between claiming a slot and waking
+//! (Go's netpollWaiters) so findRunnable and sysmon skip epoll entirely
+//! when nobody waits on the network: one Relaxed load.
+//!
+//! Descriptors are never freed (a free list recycles them), like Gs: the
+//! timer heap and in-flight epoll events may hold their address forever.
 
 use crate::g::G;
-use core::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 static EPFD: AtomicI32 = AtomicI32::new(-1);
 static BREAK_FD: AtomicI32 = AtomicI32::new(-1);
@@ -59,22 +126,384 @@ pub(crate) fn netpoll_break() {
 }
 
 /// Go's netpoll: waits up to `delay` ns (<0 forever, 0 non-blocking) and
-/// pushes the Gs made runnable onto `out`. Runs without a P when blocking.
-pub(crate) fn netpoll(delay: i64, _out: &mut Vec<*mut G>) {
+/// pushes the Gs made runnable onto `out` (still Waiting: the caller makes
+/// them Runnable, e.g. with inject_glist). Runs with or without a P.
+pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
     let ep = EPFD.load(Ordering::Acquire);
     if ep < 0 {
         return;
     }
-    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 64];
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 128];
     let n = wait(ep, &mut events, delay);
     for e in events.iter().take(n.max(0) as usize) {
-        if e.u64 == BREAK_TOKEN {
-            let mut buf: u64 = 0;
-            let fd = BREAK_FD.load(Ordering::Acquire);
-            // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
-            unsafe { libc::read(fd, (&mut buf as *mut u64).cast(), 8) };
-            WAKE_SIG.store(0, Ordering::Release);
+        let token = e.u64;
+        if token == BREAK_TOKEN {
+            // Only a blocking poll drains the break (Go does the same): a
+            // non-blocking poll (findRunnable, sysmon) that consumed it would
+            // leave the M blocked in epoll_wait asleep. The eventfd is
+            // level-triggered, so the blocked M still sees it.
+            if delay != 0 {
+                let mut buf: u64 = 0;
+                let fd = BREAK_FD.load(Ordering::Acquire);
+                // SAFETY: reads 8 bytes into a valid u64 from our eventfd.
+                unsafe { libc::read(fd, (&mut buf as *mut u64).cast(), 8) };
+                WAKE_SIG.store(0, Ordering::Release);
+            }
+            continue;
         }
+        let ev = e.events;
+        let pdp = (token & PTR_MASK) as usize as *const PollDesc;
+        // SAFETY: tokens are addresses of leaked, never-freed PollDescs.
+        let pd = unsafe { &*pdp };
+        // Acquire pairs with the Release bump in `free`: a stale token
+        // (fd closed and descriptor recycled since) is dropped.
+        if pd.fdseq.load(Ordering::Acquire) & TAG_MASK != token >> TAG_SHIFT {
+            continue;
+        }
+        let (r, w) = (
+            libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR,
+            libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR,
+        );
+        if ev & r as u32 != 0 {
+            let gp = unblock(&pd.rg, true);
+            if !gp.is_null() {
+                out.push(gp);
+            }
+        }
+        if ev & w as u32 != 0 {
+            let gp = unblock(&pd.wg, true);
+            if !gp.is_null() {
+                out.push(gp);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Poll descriptors (see the essay at the top of this file).
+
+/// Slot state: nothing recorded, nobody waiting (Go's pdNil).
+pub(crate) const PD_NIL: usize = 0;
+/// Slot state: an unconsumed readiness edge (Go's pdReady).
+pub(crate) const PD_READY: usize = 1;
+/// Slot state: a G is about to park (Go's pdWait). Any larger value is the
+/// parked `*mut G`.
+pub(crate) const PD_WAIT: usize = 2;
+
+/// Token layout: descriptor address in the low 48 bits, `fdseq` tag above
+/// (Go's taggedPointer). User addresses fit in 48 bits on x86_64/aarch64.
+const TAG_SHIFT: u32 = 48;
+const PTR_MASK: u64 = (1 << TAG_SHIFT) - 1;
+const TAG_MASK: u64 = (1 << (64 - TAG_SHIFT)) - 1;
+
+/// Goroutines between claiming a wait slot and waking (Go's
+/// netpollWaiters). Relaxed everywhere: it only decides whether polling is
+/// worth a syscall; a G that parks makes its own M go through findRunnable,
+/// which reads it after the G's increment on the same thread.
+static NETPOLL_WAITERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any goroutine waits on a socket (Go's netpollWaiters > 0).
+#[inline]
+pub(crate) fn has_waiters() -> bool {
+    NETPOLL_WAITERS.load(Ordering::Relaxed) > 0
+}
+
+/// Which side of a descriptor an operation waits for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Mode {
+    /// Readable (also accept, and errors/hang-ups).
+    Read,
+    /// Writable (also connect completion).
+    Write,
+}
+
+/// Go's pollDesc: the poller's record of one registered fd.
+pub(crate) struct PollDesc {
+    /// The fd; -1 while on the free list. Owner only (set in `open`).
+    fd: AtomicI32,
+    /// Generation, bumped when the descriptor is freed (Go's fdseq);
+    /// tagged into epoll tokens. Release in `free`, Acquire in `netpoll`.
+    fdseq: AtomicU64,
+    /// Set by `evict` (SeqCst: pairs with the slot claim in `wait`, see
+    /// the essay); never cleared until the descriptor is recycled.
+    closing: AtomicBool,
+    /// Reader and writer slots: PD_NIL/PD_READY/PD_WAIT/*mut G.
+    rg: AtomicUsize,
+    wg: AtomicUsize,
+    /// Deadline generations: bumping cancels an armed deadline timer.
+    rseq: AtomicU64,
+    wseq: AtomicU64,
+}
+
+/// Free descriptors (Go's pollcache).
+static POLL_CACHE: parking_lot::Mutex<Vec<&'static PollDesc>> = parking_lot::Mutex::new(Vec::new());
+
+impl PollDesc {
+    /// Registers `fd` (already non-blocking) with epoll, edge-triggered for
+    /// both directions (Go's poll_runtime_pollOpen). Starts the runtime if
+    /// needed. Errors: epoll_ctl's (e.g. ENOMEM, EPERM for regular files).
+    pub(crate) fn open(fd: i32) -> std::io::Result<&'static PollDesc> {
+        crate::ensure_started();
+        // A runtime lock (Go's lock()): never preempted while holding it.
+        let cached = {
+            let _ml = crate::m::MLock::new();
+            POLL_CACHE.lock().pop()
+        };
+        let pd: &'static PollDesc = cached.unwrap_or_else(|| {
+            Box::leak(Box::new(PollDesc {
+                fd: AtomicI32::new(-1),
+                fdseq: AtomicU64::new(0),
+                closing: AtomicBool::new(false),
+                rg: AtomicUsize::new(PD_NIL),
+                wg: AtomicUsize::new(PD_NIL),
+                rseq: AtomicU64::new(0),
+                wseq: AtomicU64::new(0),
+            }))
+        });
+        let addr = pd as *const PollDesc as u64;
+        if addr & !PTR_MASK != 0 {
+            crate::throw::throw("netpoll: descriptor address above 48 bits");
+        }
+        // Relaxed: the descriptor is ours alone until epoll_ctl publishes it
+        // (a syscall, which orders these stores before any event for it).
+        pd.fd.store(fd, Ordering::Relaxed);
+        pd.closing.store(false, Ordering::Relaxed);
+        pd.rg.store(PD_NIL, Ordering::Relaxed);
+        pd.wg.store(PD_NIL, Ordering::Relaxed);
+        let tag = pd.fdseq.load(Ordering::Relaxed) & TAG_MASK;
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: addr | (tag << TAG_SHIFT),
+        };
+        let ep = EPFD.load(Ordering::Acquire);
+        // SAFETY: ep is our epoll fd, fd a caller-owned open fd, ev valid.
+        if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            let e = std::io::Error::last_os_error();
+            // Relaxed: never published; the cache lock orders reuse.
+            pd.fd.store(-1, Ordering::Relaxed);
+            let _ml = crate::m::MLock::new();
+            POLL_CACHE.lock().push(pd);
+            return Err(e);
+        }
+        Ok(pd)
+    }
+
+    /// The registered fd.
+    pub(crate) fn fd(&self) -> i32 {
+        self.fd.load(Ordering::Relaxed)
+    }
+
+    /// Whether a goroutine is parked on the `mode` slot (tests only).
+    pub(crate) fn parked(&self, mode: Mode) -> bool {
+        let slot = match mode {
+            Mode::Read => &self.rg,
+            Mode::Write => &self.wg,
+        };
+        // Acquire: a diagnostic read of the slot.
+        slot.load(Ordering::Acquire) > PD_WAIT
+    }
+
+    /// Whether `evict` ran (Go's netpollcheckerr errClosing).
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Go's poll_runtime_pollUnblock: marks the descriptor closing and wakes
+    /// both waiters, which then fail with a "closed" error. Any thread, any
+    /// number of times. The fd stays open and registered (see `free`).
+    pub(crate) fn evict(&self) {
+        // SeqCst: pairs with the slot claim in `wait` (essay: closing).
+        self.closing.store(true, Ordering::SeqCst);
+        // SeqCst (as everywhere on rseq/wseq): cancels armed deadline
+        // timers; their check in `deadline_fired` is a SeqCst load.
+        self.rseq.fetch_add(1, Ordering::SeqCst);
+        self.wseq.fetch_add(1, Ordering::SeqCst);
+        for slot in [&self.rg, &self.wg] {
+            let gp = unblock(slot, false);
+            if !gp.is_null() {
+                crate::park::goready(gp);
+            }
+        }
+    }
+
+    /// Go's poll_runtime_pollClose: deregisters the fd (the caller closes
+    /// it afterwards) and recycles the descriptor. The caller owns the
+    /// socket exclusively: no operation can be waiting on it.
+    pub(crate) fn free(&'static self) {
+        self.evict();
+        let ep = EPFD.load(Ordering::Acquire);
+        let mut ev = libc::epoll_event { events: 0, u64: 0 };
+        // SAFETY: ep is our epoll fd; the fd is still open (caller closes
+        // it after this returns). Errors are irrelevant: close would
+        // deregister it anyway unless it was dup'd, and then DEL succeeds.
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, self.fd(), &mut ev) };
+        // Release: pairs with netpoll's Acquire; stale tokens now mismatch.
+        self.fdseq.fetch_add(1, Ordering::Release);
+        // Relaxed: the descriptor is ours until the cache lock hands it out.
+        self.fd.store(-1, Ordering::Relaxed);
+        let _ml = crate::m::MLock::new();
+        POLL_CACHE.lock().push(self);
+    }
+
+    /// Waits until the fd may be ready for `mode` (the caller then retries
+    /// its syscall), the monotonic `deadline` (ns) passes, or `evict` runs.
+    /// Never reports which: callers re-check the clock and `is_closing`.
+    /// At most one waiter per mode (callers serialise with a lock).
+    ///
+    /// On a goroutine this parks the G (Go's netpollblock); on a plain
+    /// thread or inside `blocking` it blocks the thread in poll(2).
+    pub(crate) fn wait(&'static self, mode: Mode, deadline: Option<i64>) {
+        let gp = crate::park::parkable_g();
+        if gp.is_null() {
+            self.wait_thread(mode, deadline);
+            return;
+        }
+        let (slot, gen) = match mode {
+            Mode::Read => (&self.rg, &self.rseq),
+            Mode::Write => (&self.wg, &self.wseq),
+        };
+        // Claim the slot, or consume an edge (essay: the goroutine side).
+        loop {
+            // AcqRel: consuming READY acquires the waker's publication.
+            if slot
+                .compare_exchange(PD_READY, PD_NIL, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+            // SeqCst: the claim must precede our `closing` load (essay).
+            match slot.compare_exchange(PD_NIL, PD_WAIT, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(PD_READY) => continue,
+                Err(_) => crate::throw::throw("netpoll: double wait on a poll descriptor"),
+            }
+        }
+        NETPOLL_WAITERS.fetch_add(1, Ordering::Relaxed);
+        let expired = deadline.is_some_and(|d| d <= crate::os::nanotime());
+        if !self.is_closing() && !expired {
+            if let Some(d) = deadline {
+                // SeqCst: a fresh generation for this wait only.
+                let seq = gen.fetch_add(1, Ordering::SeqCst) + 1;
+                let f: fn(usize, u64) = match mode {
+                    Mode::Read => read_deadline,
+                    Mode::Write => write_deadline,
+                };
+                crate::time::add_timer(
+                    d,
+                    crate::timer::Action::Call {
+                        f,
+                        arg: self as *const PollDesc as usize,
+                        gen,
+                        seq,
+                    },
+                );
+            }
+            crate::park::gopark(Some(block_commit), slot as *const AtomicUsize as *mut u8);
+            if deadline.is_some() {
+                // Cancel the timer (it becomes stale and is purged).
+                gen.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        // AcqRel: acquires a waker's READY; releases our claim.
+        let old = slot.swap(PD_NIL, Ordering::AcqRel);
+        if old > PD_WAIT {
+            crate::throw::throw("netpoll: corrupted poll descriptor");
+        }
+        NETPOLL_WAITERS.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The plain-thread half of `wait`: poll(2) on the fd until it is ready
+    /// or the deadline passes (EINTR and spurious returns are fine: the
+    /// caller retries its syscall).
+    fn wait_thread(&self, mode: Mode, deadline: Option<i64>) {
+        let events = match mode {
+            Mode::Read => libc::POLLIN | libc::POLLRDHUP,
+            Mode::Write => libc::POLLOUT,
+        };
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events,
+            revents: 0,
+        };
+        let timeout = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d - crate::os::nanotime();
+                if left <= 0 {
+                    return;
+                }
+                ((left + 999_999) / 1_000_000).min(i32::MAX as i64) as i32
+            }
+        };
+        // SAFETY: pfd is one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout) };
+    }
+}
+
+/// gopark commit for `wait` (Go's netpollblockcommit): publish the G in
+/// its slot unless a waker changed the slot meanwhile. g0, after the G is
+/// Waiting.
+fn block_commit(gp: *mut G, arg: *mut u8) -> bool {
+    // SAFETY: arg is a slot of a never-freed PollDesc (see `wait`).
+    let slot = unsafe { &*(arg as *const AtomicUsize) };
+    // SeqCst: publishes the G to wakers (they CAS it out with AcqRel).
+    slot.compare_exchange(PD_WAIT, gp as usize, Ordering::SeqCst, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// Go's netpollunblock: record readiness (`ioready`) or wake without it,
+/// returning the parked G the caller now owns and must ready, or null.
+fn unblock(slot: &AtomicUsize, ioready: bool) -> *mut G {
+    loop {
+        // Acquire: pairs with block_commit's publication of the G.
+        let old = slot.load(Ordering::Acquire);
+        if old == PD_READY {
+            return core::ptr::null_mut();
+        }
+        if old == PD_NIL && !ioready {
+            return core::ptr::null_mut();
+        }
+        let new = if ioready { PD_READY } else { PD_NIL };
+        // AcqRel: taking the G out of the slot makes us its only waker.
+        if slot
+            .compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return if old > PD_WAIT {
+                old as *mut G
+            } else {
+                core::ptr::null_mut()
+            };
+        }
+    }
+}
+
+/// Deadline timer of a read wait (Go's netpollReadDeadline). Runs where
+/// timers run (g0 with a P, or sysmon).
+fn read_deadline(arg: usize, seq: u64) {
+    deadline_fired(arg, seq, Mode::Read);
+}
+
+/// Deadline timer of a write wait (Go's netpollWriteDeadline).
+fn write_deadline(arg: usize, seq: u64) {
+    deadline_fired(arg, seq, Mode::Write);
+}
+
+fn deadline_fired(arg: usize, seq: u64, mode: Mode) {
+    // SAFETY: arg is a never-freed PollDesc (see `wait`).
+    let pd = unsafe { &*(arg as *const PollDesc) };
+    let (slot, gen) = match mode {
+        Mode::Read => (&pd.rg, &pd.rseq),
+        Mode::Write => (&pd.wg, &pd.wseq),
+    };
+    // SeqCst: pairs with the bump in `wait`; a late timer at worst wakes a
+    // later wait spuriously (essay: deadlines).
+    if gen.load(Ordering::SeqCst) != seq {
+        return;
+    }
+    let gp = unblock(slot, false);
+    if !gp.is_null() {
+        crate::park::goready(gp);
     }
 }
 

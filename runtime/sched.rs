@@ -1035,7 +1035,19 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
                 return (gp, false);
             }
         }
-        // (Non-blocking netpoll for socket readiness goes here with goro::net.)
+        // Go's findRunnable: poll the network without blocking before
+        // stealing, only if goroutines wait on sockets and no M is blocked
+        // in netpoll (it would get the events anyway).
+        if netpoll::has_waiters() && SCHED.lastpoll.load(Ordering::Relaxed) != 0 {
+            let mut list = Vec::new();
+            netpoll::netpoll(0, &mut list);
+            if let Some((&gp, rest)) = list.split_first() {
+                inject_glist(rest);
+                // SAFETY: netpoll handed us gp, parked on a descriptor.
+                unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
+                return (gp, false);
+            }
+        }
 
         // Spin: steal, but cap spinners at half the busy Ps.
         let procs = gomaxprocs() as i32;
@@ -1095,13 +1107,19 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
             poll_until = check_timers_no_p(poll_until);
         }
 
-        // Block in netpoll until the next timer, if nobody else is.
-        if poll_until != 0 && SCHED.lastpoll.swap(0, Ordering::SeqCst) != 0 {
+        // Block in netpoll until the next timer (forever if none while
+        // goroutines wait on sockets), if nobody else is.
+        let net = netpoll::has_waiters();
+        if (poll_until != 0 || net) && SCHED.lastpoll.swap(0, Ordering::SeqCst) != 0 {
             SCHED.poll_until.store(poll_until, Ordering::SeqCst);
             if now == 0 {
                 now = os::nanotime();
             }
-            let delay = (poll_until - now).max(0);
+            let delay = if poll_until == 0 {
+                -1
+            } else {
+                (poll_until - now).max(0)
+            };
             let mut list = Vec::new();
             netpoll::netpoll(delay, &mut list);
             SCHED.poll_until.store(0, Ordering::SeqCst);
@@ -1205,7 +1223,7 @@ fn check_timers_no_p(mut poll_until: i64) -> i64 {
 
 /// Go's injectglist: make Gs readied without a P runnable: onto the global
 /// queue, and start Ms for idle Ps.
-fn inject_glist(list: &[*mut G]) {
+pub(crate) fn inject_glist(list: &[*mut G]) {
     if list.is_empty() {
         return;
     }

@@ -136,6 +136,7 @@ fn sysmon() -> ! {
                 sched::wakep();
             }
         }
+        poll_network(now);
         // Go resets the back-off only when retake handed a P off.
         if retake(now, &mut ticks) > 0 {
             idle = 0;
@@ -156,6 +157,22 @@ fn sysmon() -> ! {
             last_trace = now;
             schedtrace(now - start);
         }
+    }
+}
+
+/// Go's sysmon netpoll: if goroutines wait on sockets and nobody has
+/// polled for 10 ms, poll without blocking and queue the readied Gs
+/// (inject_glist wakes idle Ps for them). Runs without a P.
+fn poll_network(now: i64) {
+    // Relaxed: a stale value only delays or repeats a non-blocking poll.
+    let last = SCHED.lastpoll.load(Ordering::Relaxed);
+    if crate::netpoll::has_waiters() && last != 0 && last + 10_000_000 < now {
+        let _ = SCHED
+            .lastpoll
+            .compare_exchange(last, now, Ordering::SeqCst, Ordering::Relaxed);
+        let mut list = Vec::new();
+        crate::netpoll::netpoll(0, &mut list);
+        sched::inject_glist(&list);
     }
 }
 

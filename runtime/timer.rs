@@ -39,6 +39,15 @@ pub(crate) enum Action {
     /// `reset` since this entry was queued bumped the generation and made
     /// the entry stale (Go 1.23 deletes lazily too).
     User { t: Arc<TimerCore>, gen: u64 },
+    /// Call `f(arg, seq)` (Go's timer f/arg/seq), unless `*gen != seq`
+    /// by then: the owner bumps `gen` to cancel (netpoll deadlines). `gen`
+    /// must live forever (poll descriptors are never freed).
+    Call {
+        f: fn(usize, u64),
+        arg: usize,
+        gen: &'static core::sync::atomic::AtomicU64,
+        seq: u64,
+    },
 }
 
 /// What a user timer does when it fires.
@@ -270,6 +279,8 @@ impl Timer {
             // Racy but safe: generations only grow and a channel's last
             // Receiver never comes back, so stale stays stale.
             Action::User { t, gen } => !t.observable(*gen),
+            // Relaxed: as above, a cancelled call stays cancelled.
+            Action::Call { gen, seq, .. } => gen.load(Ordering::Relaxed) != *seq,
             Action::Ready(_) => false,
         }
     }
@@ -407,6 +418,12 @@ impl Timers {
                 Action::User { t: core, gen } => {
                     core.fire(gen, t.when, now, self);
                     release(core);
+                }
+                Action::Call { f, arg, gen, seq } => {
+                    // Relaxed: f re-checks seq under its own synchronisation.
+                    if gen.load(Ordering::Relaxed) == seq {
+                        f(arg, seq);
+                    }
                 }
             }
         }

@@ -1,0 +1,47 @@
+//! TCP echo server, one goroutine per connection (Go's classic
+//! `for { c := l.Accept(); go io.Copy(c, c) }`).
+//!
+//!     cargo run --release --example echo -- 127.0.0.1:7000
+//!
+//! Prints `listening on ADDR` once ready. Try it with
+//! `nc 127.0.0.1 7000`.
+
+use std::io::{Read, Write};
+
+fn main() {
+    let addr = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "127.0.0.1:7000".to_string());
+    goro::run(move || {
+        let l = goro::net::TcpListener::bind(&addr).unwrap_or_else(|e| {
+            eprintln!("echo: bind {addr}: {e}");
+            std::process::exit(1)
+        });
+        println!("listening on {}", l.local_addr().unwrap());
+        // incoming() survives EMFILE (logs once, backs off, keeps serving).
+        for conn in l.incoming() {
+            match conn {
+                Ok(c) => {
+                    goro::go!(move || echo(c));
+                }
+                Err(e) => eprintln!("echo: accept: {e}"),
+            }
+        }
+    });
+}
+
+/// Copies everything the peer sends back to it until EOF or an error (a
+/// reset peer ends this connection only).
+fn echo(mut c: goro::net::TcpStream) {
+    let mut buf = [0u8; 16 << 10];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if c.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! `goro::net`: TCP, UDP and Unix-domain sockets whose blocking operations
+//! park the calling goroutine on the runtime's netpoller (Go's net package
+//! over internal/poll), with std's shapes and method names.
+//!
+//! Every socket is non-blocking underneath and registered once with the
+//! runtime's epoll instance (edge-triggered). An operation tries its
+//! syscall; on EAGAIN the goroutine parks until epoll reports readiness,
+//! and its OS thread runs other goroutines meanwhile. Called outside a
+//! goroutine (a plain thread, or inside [`crate::blocking`]) the same
+//! operations block the thread in poll(2) instead.
+//!
+//! Differences from std worth knowing:
+//! - Timeouts (`set_read_timeout`, …) are per socket object (not shared by
+//!   `try_clone`d handles) and expire with `ErrorKind::TimedOut`.
+//! - `close(&self)` (Go's `Conn.Close`) wakes goroutines blocked on the
+//!   socket; they and later operations fail with `NotConnected` ("use of
+//!   closed network connection"). The fd itself is closed when the value
+//!   is dropped.
+//! - Writes use `MSG_NOSIGNAL`: a vanished peer is `BrokenPipe` on that
+//!   socket, never SIGPIPE.
+//! - Host names are resolved inside [`crate::blocking`].
+//!
+//! See docs/NET.md for the poller's design.
+
+mod fd;
+mod tcp;
+mod udp;
+mod unix;
+
+pub use tcp::{Incoming, TcpListener, TcpStream};
+pub use udp::UdpSocket;
+pub use unix::{UnixDatagram, UnixIncoming, UnixListener, UnixStream};
+
+pub use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+
+/// The methods every goro socket shares: timeouts, close, raw fd access.
+macro_rules! common_socket_methods {
+    ($t:ty) => {
+        impl $t {
+            /// Sets the timeout of each read-side operation (std's
+            /// `set_read_timeout`; Go's SetReadDeadline relative to each
+            /// call). `None` waits forever. An operation that waits longer
+            /// fails with `ErrorKind::TimedOut`. Errors: `InvalidInput` for
+            /// a zero duration.
+            pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+                self.fd.set_timeout(crate::netpoll::Mode::Read, t)
+            }
+
+            /// Sets the timeout of each write-side operation; see
+            /// `set_read_timeout`.
+            pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+                self.fd.set_timeout(crate::netpoll::Mode::Write, t)
+            }
+
+            /// The read timeout (`None`: none).
+            pub fn read_timeout(&self) -> std::io::Result<Option<std::time::Duration>> {
+                Ok(self.fd.timeout(crate::netpoll::Mode::Read))
+            }
+
+            /// The write timeout (`None`: none).
+            pub fn write_timeout(&self) -> std::io::Result<Option<std::time::Duration>> {
+                Ok(self.fd.timeout(crate::netpoll::Mode::Write))
+            }
+
+            /// Go's `Close` while others may be using the socket: wakes every
+            /// goroutine or thread-free waiter blocked on it with a
+            /// `NotConnected` "use of closed network connection" error, and
+            /// makes later operations fail the same way. Does not block.
+            /// The fd is released when the value is dropped (so it cannot be
+            /// reused under a waiter). Threads blocked in poll(2) on a
+            /// stream socket are woken by a shutdown issued here as well.
+            pub fn close(&self) {
+                self.fd.close();
+                // SAFETY: shutdown on our own open fd; errors (ENOTCONN for
+                // unconnected sockets) are irrelevant here.
+                unsafe {
+                    libc::shutdown(
+                        std::os::fd::AsRawFd::as_raw_fd(&self.inner),
+                        libc::SHUT_RDWR,
+                    )
+                };
+            }
+
+            /// Test hook: whether a goroutine is parked on this socket
+            /// waiting to read (`write = false`) or write. Not public API.
+            #[doc(hidden)]
+            pub fn __parked(&self, write: bool) -> bool {
+                self.fd.parked(if write {
+                    crate::netpoll::Mode::Write
+                } else {
+                    crate::netpoll::Mode::Read
+                })
+            }
+
+            /// Gets and clears the socket's pending error (SO_ERROR).
+            pub fn take_error(&self) -> std::io::Result<Option<std::io::Error>> {
+                self.inner.take_error()
+            }
+        }
+
+        impl std::os::fd::AsRawFd for $t {
+            fn as_raw_fd(&self) -> std::os::fd::RawFd {
+                std::os::fd::AsRawFd::as_raw_fd(&self.inner)
+            }
+        }
+
+        impl std::os::fd::AsFd for $t {
+            fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+                std::os::fd::AsFd::as_fd(&self.inner)
+            }
+        }
+    };
+}
+use common_socket_methods;
+
+/// Read/Write for `T` and `&T` via `fn read_impl` / `fn write_impl`.
+macro_rules! stream_io {
+    ($t:ty) => {
+        impl std::io::Read for $t {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.read_impl(buf)
+            }
+        }
+        impl std::io::Read for &$t {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.read_impl(buf)
+            }
+        }
+        impl std::io::Write for $t {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.write_impl(buf)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        impl std::io::Write for &$t {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.write_impl(buf)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+    };
+}
+use stream_io;
+
+/// Whether an accept error is a resource shortage a server should wait
+/// out (Go's http.Server retries "temporary" accept errors with backoff).
+fn accept_temporary(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Temporary accept errors waited out by `incoming()` (only grows).
+static ACCEPT_BACKOFFS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Test hook: how many times an `incoming()` loop has backed off after a
+/// temporary accept error (EMFILE, ...). Not public API.
+#[doc(hidden)]
+pub fn __accept_backoffs() -> u64 {
+    ACCEPT_BACKOFFS.load(core::sync::atomic::Ordering::Relaxed)
+}
+
+/// Backoff for temporary accept errors: logs the first one of the process
+/// to stderr, then parks 5 ms, doubling up to 1 s (Go's http.Server).
+struct AcceptBackoff(std::time::Duration);
+
+impl AcceptBackoff {
+    fn new() -> AcceptBackoff {
+        AcceptBackoff(std::time::Duration::ZERO)
+    }
+    fn wait(&mut self, e: &std::io::Error) {
+        static LOGGED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+        // Relaxed: a log-once flag; a duplicate line under a race is harmless.
+        if !LOGGED.swap(true, core::sync::atomic::Ordering::Relaxed) {
+            eprintln!("goro::net: accept error: {e}; retrying with backoff (logged once)");
+        }
+        // Relaxed: a statistic.
+        ACCEPT_BACKOFFS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        self.0 = if self.0.is_zero() {
+            std::time::Duration::from_millis(5)
+        } else {
+            (self.0 * 2).min(std::time::Duration::from_secs(1))
+        };
+        crate::time::sleep(self.0);
+    }
+    fn reset(&mut self) {
+        self.0 = std::time::Duration::ZERO;
+    }
+}

@@ -1,0 +1,355 @@
+//! TCP: `TcpListener` and `TcpStream` (Go's net.TCPListener / net.TCPConn).
+
+use super::fd::{deadline, resolve, NetFd};
+use super::{accept_temporary, common_socket_methods, stream_io, AcceptBackoff};
+use crate::netpoll::Mode;
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::time::Duration;
+
+/// Listen backlog: the system's maximum (Go's maxListenerBacklog reads
+/// /proc/sys/net/core/somaxconn too), at least 128.
+fn backlog() -> i32 {
+    static B: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *B.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .unwrap_or(4096)
+            .clamp(128, 65535)
+    })
+}
+
+/// A TCP socket server (Go's net.TCPListener; std's `TcpListener` shape).
+/// `accept` parks the calling goroutine until a connection arrives.
+pub struct TcpListener {
+    fd: NetFd,
+    inner: std::net::TcpListener,
+}
+
+impl TcpListener {
+    /// Binds and listens on the first address of `addr` that works (Go's
+    /// net.Listen("tcp", addr)); names are resolved inside `blocking`.
+    /// SO_REUSEADDR is set and the backlog is the system's maximum
+    /// (somaxconn). Errors: resolution, socket, bind or listen errors
+    /// (e.g. `AddrInUse`); the last one if every address fails.
+    pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<TcpListener> {
+        let mut last = None;
+        for a in resolve(addr)? {
+            match Self::bind_addr(a) {
+                Ok(l) => return Ok(l),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("resolve returns at least one address"))
+    }
+
+    fn bind_addr(a: SocketAddr) -> io::Result<TcpListener> {
+        let s = Socket::new(Domain::for_address(a), Type::STREAM, None)?;
+        s.set_nonblocking(true)?;
+        s.set_reuse_address(true)?;
+        s.bind(&a.into())?;
+        s.listen(backlog())?;
+        let inner: std::net::TcpListener = s.into();
+        Ok(TcpListener {
+            fd: NetFd::new(inner.as_raw_fd())?,
+            inner,
+        })
+    }
+
+    /// Accepts a connection (Go's Accept): parks until one arrives. The
+    /// stream is non-blocking underneath and registered with the poller.
+    /// Errors: accept4's (a full fd table is `EMFILE`: see [`incoming`],
+    /// which retries those), the read timeout, or the closed error.
+    ///
+    /// [`incoming`]: TcpListener::incoming
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let lfd = self.inner.as_raw_fd();
+        let (fd, addr) = self.fd.read_io(|| {
+            // SAFETY: accept4 writes at most *len bytes of address into the
+            // storage socket2 provides; the returned fd is new and ours.
+            unsafe {
+                SockAddr::try_init(|storage, len| {
+                    let fd = libc::accept4(
+                        lfd,
+                        storage.cast(),
+                        len,
+                        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    );
+                    if fd < 0 {
+                        Err(io::Error::last_os_error())
+                    } else {
+                        Ok(fd)
+                    }
+                })
+            }
+        })?;
+        // SAFETY: fd was just returned by accept4 and is owned by nobody else.
+        let inner = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        let addr = addr
+            .as_socket()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Other, "accept: not an inet address"))?;
+        Ok((TcpStream::from_nonblocking(inner)?, addr))
+    }
+
+    /// An endless iterator of accepted connections (std's `incoming`),
+    /// hardened like Go's http.Server accept loop: temporary resource
+    /// errors (EMFILE, ENFILE, ENOBUFS, ENOMEM) are logged once to stderr
+    /// and retried after a backoff (5 ms doubling to 1 s, parking the
+    /// goroutine); ECONNABORTED is skipped. Other errors are yielded.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming {
+            l: self,
+            backoff: AcceptBackoff::new(),
+        }
+    }
+
+    /// The bound address (e.g. the port chosen for port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// A second handle to the same socket (dup), registered separately.
+    pub fn try_clone(&self) -> io::Result<TcpListener> {
+        let inner = self.inner.try_clone()?;
+        Ok(TcpListener {
+            fd: NetFd::new(inner.as_raw_fd())?,
+            inner,
+        })
+    }
+
+    /// Sets IP_TTL.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.inner.set_ttl(ttl)
+    }
+
+    /// Deregisters the socket and returns it as a blocking std listener.
+    pub fn into_std(self) -> io::Result<std::net::TcpListener> {
+        let TcpListener { fd, inner } = self;
+        drop(fd);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+}
+
+common_socket_methods!(TcpListener);
+
+impl TryFrom<std::net::TcpListener> for TcpListener {
+    type Error = io::Error;
+    /// Takes over a std listener: makes it non-blocking and registers it.
+    fn try_from(inner: std::net::TcpListener) -> io::Result<TcpListener> {
+        inner.set_nonblocking(true)?;
+        Ok(TcpListener {
+            fd: NetFd::new(inner.as_raw_fd())?,
+            inner,
+        })
+    }
+}
+
+impl std::fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("addr", &self.inner.local_addr().ok())
+            .field("fd", &self.inner.as_raw_fd())
+            .finish()
+    }
+}
+
+/// Iterator of [`TcpListener::accept`]ed streams; see
+/// [`TcpListener::incoming`]. Never returns `None`.
+pub struct Incoming<'a> {
+    l: &'a TcpListener,
+    backoff: AcceptBackoff,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<TcpStream>;
+    fn next(&mut self) -> Option<io::Result<TcpStream>> {
+        loop {
+            match self.l.accept() {
+                Ok((s, _)) => {
+                    self.backoff.reset();
+                    return Some(Ok(s));
+                }
+                Err(e) if accept_temporary(&e) => self.backoff.wait(&e),
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
+/// A TCP connection (Go's net.TCPConn; std's `TcpStream` shape). Reads and
+/// writes park the calling goroutine until the socket is ready; `Read` and
+/// `Write` are implemented for `TcpStream` and `&TcpStream` (one reader and
+/// one writer at a time wait; more queue on a goroutine mutex).
+pub struct TcpStream {
+    fd: NetFd,
+    inner: std::net::TcpStream,
+}
+
+impl TcpStream {
+    fn from_nonblocking(inner: std::net::TcpStream) -> io::Result<TcpStream> {
+        Ok(TcpStream {
+            fd: NetFd::new(inner.as_raw_fd())?,
+            inner,
+        })
+    }
+
+    /// Connects to the first address of `addr` that accepts (Go's
+    /// net.Dial("tcp", addr)); names are resolved inside `blocking`. Parks
+    /// until the handshake completes. Errors: resolution errors, or the
+    /// last address's connect error (e.g. `ConnectionRefused`).
+    pub fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<TcpStream> {
+        let mut last = None;
+        for a in resolve(addr)? {
+            match Self::connect_addr(&a, None) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("resolve returns at least one address"))
+    }
+
+    /// Connects to `addr`, giving up after `timeout` with
+    /// `ErrorKind::TimedOut` (std's `connect_timeout`; Go's DialTimeout).
+    /// Errors: `InvalidInput` for a zero timeout, connect errors.
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        if timeout.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "cannot set a 0 duration timeout",
+            ));
+        }
+        Self::connect_addr(addr, Some(timeout))
+    }
+
+    fn connect_addr(a: &SocketAddr, timeout: Option<Duration>) -> io::Result<TcpStream> {
+        let dl = deadline(timeout);
+        let s = Socket::new(Domain::for_address(*a), Type::STREAM, None)?;
+        s.set_nonblocking(true)?;
+        let r = s.connect(&(*a).into());
+        let inner: std::net::TcpStream = s.into();
+        match r {
+            Ok(()) => return TcpStream::from_nonblocking(inner),
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(e) => return Err(e),
+        }
+        // Registered after connect(2): the first edge reflects the handshake.
+        let st = TcpStream::from_nonblocking(inner)?;
+        st.fd.io(Mode::Write, dl, || {
+            // Go's netFD.connect: SO_ERROR, then getpeername to be sure.
+            if let Some(e) = st.inner.take_error()? {
+                return Err(e);
+            }
+            match st.inner.peer_addr() {
+                Ok(_) => Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+                    Err(io::ErrorKind::WouldBlock.into())
+                }
+                Err(e) => Err(e),
+            }
+        })?;
+        Ok(st)
+    }
+
+    fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.fd.read_io(|| (&self.inner).read(buf))
+    }
+
+    fn write_impl(&self, buf: &[u8]) -> io::Result<usize> {
+        // std's TcpStream::write is send(MSG_NOSIGNAL) on Linux.
+        self.fd.write_io(|| (&self.inner).write(buf))
+    }
+
+    /// Reads without consuming (MSG_PEEK); parks like `read`.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.fd.read_io(|| self.inner.peek(buf))
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Shuts down one or both halves (Go's CloseRead/CloseWrite). A peer
+    /// blocked reading sees EOF after `Shutdown::Write`.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.inner.shutdown(how)
+    }
+
+    /// Sets TCP_NODELAY (Go sets it by default; std and goro do not).
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.inner.set_nodelay(on)
+    }
+
+    /// TCP_NODELAY.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.inner.nodelay()
+    }
+
+    /// Sets IP_TTL.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.inner.set_ttl(ttl)
+    }
+
+    /// A second handle to the same connection (dup), registered with the
+    /// poller separately; timeouts are not copied.
+    pub fn try_clone(&self) -> io::Result<TcpStream> {
+        TcpStream::from_nonblocking(self.inner.try_clone()?)
+    }
+
+    /// Deregisters the socket and returns it as a blocking std stream.
+    pub fn into_std(self) -> io::Result<std::net::TcpStream> {
+        let TcpStream { fd, inner } = self;
+        drop(fd);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+}
+
+common_socket_methods!(TcpStream);
+stream_io!(TcpStream);
+
+impl From<std::net::TcpStream> for TcpStream {
+    /// Takes over a connected std stream: makes it non-blocking and
+    /// registers it with the poller. Panics if either fails (only on
+    /// resource exhaustion: epoll_ctl ENOMEM/ENOSPC).
+    fn from(inner: std::net::TcpStream) -> TcpStream {
+        inner
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_nonblocking(inner))
+            .unwrap_or_else(|e| panic!("goro::net::TcpStream::from: {e}"))
+    }
+}
+
+impl IntoRawFd for TcpStream {
+    fn into_raw_fd(self) -> std::os::fd::RawFd {
+        let TcpStream { fd, inner } = self;
+        drop(fd);
+        inner.into_raw_fd()
+    }
+}
+
+impl std::fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("addr", &self.inner.local_addr().ok())
+            .field("peer", &self.inner.peer_addr().ok())
+            .field("fd", &self.inner.as_raw_fd())
+            .finish()
+    }
+}
+
+impl core::fmt::Debug for Incoming<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Incoming").field("listener", &self.l).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,120 @@
+//! UDP: `UdpSocket` (Go's net.UDPConn).
+
+use super::common_socket_methods;
+use super::fd::{resolve, send_nosignal, NetFd};
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+
+/// A UDP socket (Go's net.UDPConn; std's `UdpSocket` shape). Receives park
+/// the calling goroutine until a datagram arrives; sends park only while
+/// the socket buffer is full.
+pub struct UdpSocket {
+    fd: NetFd,
+    inner: std::net::UdpSocket,
+}
+
+impl UdpSocket {
+    fn wrap(inner: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        inner.set_nonblocking(true)?;
+        Ok(UdpSocket {
+            fd: NetFd::new(inner.as_raw_fd())?,
+            inner,
+        })
+    }
+
+    /// Binds to the first address of `addr` that works (Go's
+    /// net.ListenPacket("udp", addr)); names are resolved inside
+    /// `blocking`. Errors: resolution or bind errors.
+    pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<UdpSocket> {
+        let addrs = resolve(addr)?;
+        UdpSocket::wrap(std::net::UdpSocket::bind(&addrs[..])?)
+    }
+
+    /// Receives one datagram and its source; parks until one arrives.
+    /// A datagram longer than `buf` is truncated. Errors: recvfrom's, the
+    /// read timeout, or the closed error.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.fd.read_io(|| self.inner.recv_from(buf))
+    }
+
+    /// Like `recv_from` without consuming the datagram.
+    pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.fd.read_io(|| self.inner.peek_from(buf))
+    }
+
+    /// Sends one datagram to `addr` (resolved inside `blocking`, so prefer
+    /// a `SocketAddr` in hot loops); returns the bytes sent. Errors:
+    /// resolution, sendto's (e.g. `ConnectionRefused` reported from an
+    /// earlier ICMP error), the write timeout, or the closed error.
+    pub fn send_to<A: ToSocketAddrs>(&self, buf: &[u8], addr: A) -> io::Result<usize> {
+        let a = resolve(addr)?[0];
+        self.fd.write_io(|| self.inner.send_to(buf, a))
+    }
+
+    /// Sets the default peer (std's `connect`; Go's DialUDP): `send` and
+    /// `recv` then use it, and datagrams from others are dropped.
+    pub fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
+        let addrs = resolve(addr)?;
+        self.inner.connect(&addrs[..])
+    }
+
+    /// Sends one datagram to the connected peer.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        let fd = self.inner.as_raw_fd();
+        self.fd.write_io(|| send_nosignal(fd, buf))
+    }
+
+    /// Receives one datagram from the connected peer; parks until one
+    /// arrives.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.fd.read_io(|| self.inner.recv(buf))
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// The connected peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// Sets SO_BROADCAST.
+    pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
+        self.inner.set_broadcast(on)
+    }
+
+    /// A second handle to the same socket (dup), registered separately.
+    pub fn try_clone(&self) -> io::Result<UdpSocket> {
+        UdpSocket::wrap(self.inner.try_clone()?)
+    }
+
+    /// Deregisters the socket and returns it as a blocking std socket.
+    pub fn into_std(self) -> io::Result<std::net::UdpSocket> {
+        let UdpSocket { fd, inner } = self;
+        drop(fd);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+}
+
+common_socket_methods!(UdpSocket);
+
+impl TryFrom<std::net::UdpSocket> for UdpSocket {
+    type Error = io::Error;
+    /// Takes over a std socket: non-blocking and registered.
+    fn try_from(s: std::net::UdpSocket) -> io::Result<UdpSocket> {
+        UdpSocket::wrap(s)
+    }
+}
+
+impl std::fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpSocket")
+            .field("addr", &self.inner.local_addr().ok())
+            .field("fd", &self.inner.as_raw_fd())
+            .finish()
+    }
+}

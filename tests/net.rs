@@ -1,0 +1,862 @@
+//! goro::net on the netpoller: echo round trips, 10,000 concurrent
+//! connections, deadlines, close under a parked reader, resets, UDP, Unix
+//! sockets, EMFILE in an accept loop, slowloris, and the http_hello example.
+//!
+//! Loopback only. No sleeps as synchronisation and no speed assertions: the
+//! deadline tests bound the error from below (never early) and loosely from
+//! above (within 1 s). Each test holds a watchdog that aborts the process
+//! if it hangs for minutes, so a lost wake-up fails instead of blocking CI.
+
+mod common;
+
+use common::{qemu, scale};
+use goro::net::{TcpListener, TcpStream, UdpSocket, UnixDatagram, UnixListener, UnixStream};
+use std::io::{ErrorKind, Read, Write};
+use std::net::Shutdown;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Aborts the process if the test holding it hangs for minutes.
+struct Watchdog(#[allow(dead_code)] std::sync::mpsc::Sender<()>);
+
+fn watchdog() -> Watchdog {
+    let name = std::thread::current().name().unwrap_or("?").to_string();
+    let secs = std::env::var("GORO_WATCHDOG_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let limit = Duration::from_secs(secs.unwrap_or(if qemu() { 1200 } else { 240 }));
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "test {name} hung for {limit:?}: aborting"
+            );
+            std::process::abort();
+        }
+    });
+    Watchdog(tx)
+}
+
+/// The fd-hungry test runs alone (write lock); the others share (read).
+static FDS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by each test: watchdog plus its share of the fd table.
+struct Guard {
+    _w: Watchdog,
+    _r: Option<std::sync::RwLockReadGuard<'static, ()>>,
+    _x: Option<std::sync::RwLockWriteGuard<'static, ()>>,
+}
+
+/// Every test runs on the same runtime with GOMAXPROCS=2.
+fn init() -> Guard {
+    let _ = goro::start(goro::Config::from_env().max_procs(2));
+    Guard {
+        _w: watchdog(),
+        _r: Some(FDS.read().unwrap_or_else(|e| e.into_inner())),
+        _x: None,
+    }
+}
+
+/// Like `init`, with the whole fd table to itself.
+fn init_alone() -> Guard {
+    let _ = goro::start(goro::Config::from_env().max_procs(2));
+    Guard {
+        _w: watchdog(),
+        _r: None,
+        _x: Some(FDS.write().unwrap_or_else(|e| e.into_inner())),
+    }
+}
+
+/// A deterministic, position-dependent byte pattern (catches reordering,
+/// loss and duplication, not just length).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Echo server goroutine on 127.0.0.1:0; returns its address.
+fn echo_server() -> std::net::SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    goro::go!(move || {
+        for c in l.incoming() {
+            let mut c = c.unwrap();
+            goro::go!(move || {
+                let mut buf = [0u8; 8192];
+                loop {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if c.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Writes `data` from a second goroutine while reading the echo here, so
+/// large payloads cannot deadlock on full socket buffers.
+fn round_trip(c: TcpStream, data: Vec<u8>) {
+    let c = Arc::new(c);
+    let w = c.clone();
+    let len = data.len();
+    let data = Arc::new(data);
+    let d2 = data.clone();
+    let writer = goro::go!(move || {
+        (&*w).write_all(&d2).unwrap();
+        w.shutdown(Shutdown::Write).unwrap();
+    });
+    let mut got = Vec::with_capacity(len);
+    (&*c).read_to_end(&mut got).unwrap();
+    writer.join().unwrap();
+    assert_eq!(got.len(), len, "echo length");
+    assert!(got == *data, "echoed bytes differ");
+}
+
+#[test]
+fn echo_round_trips_every_byte() {
+    let _w = init();
+    goro::run(|| {
+        let addr = echo_server();
+        for (i, len) in [1usize, 100, 4096, 65_537, scale(4 << 20)]
+            .into_iter()
+            .enumerate()
+        {
+            let c = TcpStream::connect(addr).unwrap();
+            assert_eq!(c.peer_addr().unwrap(), addr);
+            round_trip(c, pattern(i as u64, len));
+        }
+        // Many small request/response exchanges on one connection.
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_nodelay(true).unwrap();
+        for i in 0..scale(2000) {
+            let msg = pattern(i as u64, 1 + i % 300);
+            c.write_all(&msg).unwrap();
+            let mut got = vec![0u8; msg.len()];
+            c.read_exact(&mut got).unwrap();
+            assert_eq!(got, msg);
+        }
+    });
+}
+
+#[test]
+fn plain_thread_client_blocks_the_thread() {
+    let _w = init();
+    let addr = goro::run(echo_server);
+    // Not a goroutine: the same types block the OS thread in poll(2).
+    let mut c = TcpStream::connect(addr).unwrap();
+    let msg = pattern(7, 100_000);
+    let w = c.try_clone().unwrap();
+    let m2 = msg.clone();
+    let t = std::thread::spawn(move || {
+        let mut w = w;
+        w.write_all(&m2).unwrap();
+        w.shutdown(Shutdown::Write).unwrap();
+    });
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    t.join().unwrap();
+    assert!(got == msg);
+    // A read timeout on a plain thread.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let _peer = l.accept().unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let t0 = Instant::now();
+    let e = (&c).read(&mut [0u8; 8]).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::TimedOut);
+    assert!(t0.elapsed() >= Duration::from_millis(50));
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to at most `want`; returns the new
+/// soft limit.
+fn raise_nofile(want: u64) -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid rlimit.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    if r.rlim_cur < want {
+        r.rlim_cur = want.min(r.rlim_max);
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+        // SAFETY: as above.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    }
+    r.rlim_cur
+}
+
+#[test]
+fn ten_thousand_concurrent_connections() {
+    let _w = init_alone();
+    let want = if qemu() { 1000 } else { 10_000 };
+    // Two fds per connection (client and server end) plus slack.
+    let limit = raise_nofile(2 * want as u64 + 512);
+    let n = want.min((limit.saturating_sub(512) / 2) as usize);
+    if n < want / 2 {
+        println!(
+            "SKIPPED: RLIMIT_NOFILE allows only {limit} fds (need {})",
+            2 * want + 512
+        );
+        return;
+    }
+    if n < want {
+        println!("scaled down to {n} connections: RLIMIT_NOFILE hard limit is {limit}");
+    }
+    goro::run(move || {
+        let addr = echo_server();
+        let connected = Arc::new(goro::sync::WaitGroup::new());
+        let finished = Arc::new(goro::sync::WaitGroup::new());
+        let (go_tx, go_rx) = goro::chan::<()>(0);
+        // Bounded connect concurrency: a SYN burst beyond the accept
+        // backlog would only add 1 s retransmissions.
+        let connecting = Arc::new(goro::sync::Semaphore::new(512));
+        connected.add(n);
+        finished.add(n);
+        for i in 0..n {
+            let (connected, finished, go_rx, connecting) = (
+                connected.clone(),
+                finished.clone(),
+                go_rx.clone(),
+                connecting.clone(),
+            );
+            goro::go!(move || {
+                connecting.acquire();
+                let mut c = TcpStream::connect(addr).unwrap();
+                let msg = pattern(i as u64, 16);
+                c.write_all(&msg).unwrap();
+                let mut got = [0u8; 16];
+                c.read_exact(&mut got).unwrap();
+                assert_eq!(&got[..], &msg[..]);
+                connecting.release();
+                connected.done();
+                // Hold the connection until all n are open at once.
+                let _ = go_rx.recv();
+                let msg = pattern(i as u64 + 1_000_000, 32);
+                c.write_all(&msg).unwrap();
+                let mut got = [0u8; 32];
+                c.read_exact(&mut got).unwrap();
+                assert_eq!(&got[..], &msg[..]);
+                finished.done();
+            });
+        }
+        connected.wait();
+        drop(go_tx); // closing the channel releases every client
+        finished.wait();
+    });
+}
+
+#[test]
+fn read_and_write_deadlines_fire_on_time() {
+    let _w = init();
+    goro::run(|| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        // Read: the peer never writes.
+        let d = Duration::from_millis(100);
+        c.set_read_timeout(Some(d)).unwrap();
+        assert_eq!(c.read_timeout().unwrap(), Some(d));
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let e = (&c).read(&mut [0u8; 16]).unwrap_err();
+            let el = t0.elapsed();
+            assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+            assert!(el >= d, "read timed out early: {el:?}");
+            assert!(
+                el < d + Duration::from_secs(1),
+                "read timed out late: {el:?}"
+            );
+        }
+        // The socket still works after a timeout.
+        (&peer).write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        (&c).read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"x");
+        // Write: the peer never reads, so the buffers fill up.
+        c.set_write_timeout(Some(d)).unwrap();
+        let chunk = vec![0u8; 1 << 16];
+        let mut wrote = 0usize;
+        loop {
+            let t0 = Instant::now();
+            match (&c).write(&chunk) {
+                Ok(n) => wrote += n,
+                Err(e) => {
+                    let el = t0.elapsed();
+                    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+                    assert!(el >= d, "write timed out early: {el:?}");
+                    assert!(
+                        el < d + Duration::from_secs(1),
+                        "write timed out late: {el:?}"
+                    );
+                    break;
+                }
+            }
+            assert!(wrote < 1 << 30, "write never blocked");
+        }
+        // Accept with a read timeout.
+        l.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+        let e = l.accept().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut);
+        // Zero timeouts are rejected, as in std.
+        assert_eq!(
+            c.set_read_timeout(Some(Duration::ZERO)).unwrap_err().kind(),
+            ErrorKind::InvalidInput
+        );
+        drop(peer);
+    });
+}
+
+#[test]
+fn many_goroutines_time_out_concurrently() {
+    let _w = init();
+    goro::run(|| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let n = scale(200);
+        let mut peers = Vec::new();
+        let mut hs = Vec::new();
+        for i in 0..n {
+            let c = TcpStream::connect(addr).unwrap();
+            peers.push(l.accept().unwrap().0);
+            hs.push(goro::go!(move || {
+                let d = Duration::from_millis(20 + (i % 10) as u64 * 10);
+                c.set_read_timeout(Some(d)).unwrap();
+                let t0 = Instant::now();
+                let e = (&c).read(&mut [0u8; 4]).unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::TimedOut);
+                assert!(t0.elapsed() >= d);
+            }));
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn close_wakes_a_parked_reader() {
+    let _w = init();
+    goro::run(|| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = Arc::new(TcpStream::connect(l.local_addr().unwrap()).unwrap());
+        let (_peer, _) = l.accept().unwrap();
+        let r = c.clone();
+        let reader = goro::go!(move || (&*r).read(&mut [0u8; 16]));
+        // Wait until the reader goroutine is really parked on the socket.
+        while !c.__parked(false) {
+            goro::yield_now();
+        }
+        c.close();
+        let e = reader.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotConnected, "{e}");
+        // Later operations fail too.
+        assert!((&*c).write(b"x").is_err());
+
+        // The same for a listener parked in accept.
+        let l = Arc::new(l);
+        let l2 = l.clone();
+        let acceptor = goro::go!(move || l2.accept().map(|_| ()));
+        while !l.__parked(false) {
+            goro::yield_now();
+        }
+        l.close();
+        let e = acceptor.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotConnected, "{e}");
+    });
+}
+
+/// Closes `s` with SO_LINGER 0: the peer gets a RST.
+fn reset(s: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on an open socket with a valid linger struct.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+    drop(s);
+}
+
+#[test]
+fn peer_reset_is_an_error_on_that_connection_only() {
+    let _w = init();
+    // A write to a reset peer must be an error, never SIGPIPE: restore the
+    // default action (which kills) to prove MSG_NOSIGNAL is used.
+    // SAFETY: setting a signal disposition to its default.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    goro::run(|| {
+        let addr = echo_server();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        reset(peer);
+        let mut saw_error = false;
+        for _ in 0..100 {
+            match (&c).write(&[0u8; 1024]) {
+                Ok(_) => {}
+                Err(e) => {
+                    assert!(
+                        matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+                        "{e}"
+                    );
+                    saw_error = true;
+                    break;
+                }
+            }
+        }
+        assert!(saw_error, "writes to a reset peer kept succeeding");
+        // Other connections are unaffected.
+        round_trip(TcpStream::connect(addr).unwrap(), pattern(3, 10_000));
+        // Half-close: the peer's shutdown(Write) reads as EOF.
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        peer.shutdown(Shutdown::Write).unwrap();
+        assert_eq!((&c).read(&mut [0u8; 4]).unwrap(), 0);
+        // A reset during a parked read.
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        let c = Arc::new(c);
+        let r = c.clone();
+        let reader = goro::go!(move || (&*r).read(&mut [0u8; 4]));
+        while !c.__parked(false) {
+            goro::yield_now();
+        }
+        reset(peer);
+        let e = reader.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::ConnectionReset, "{e}");
+    });
+}
+
+#[test]
+fn udp_send_and_recv() {
+    let _w = init();
+    goro::run(|| {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let b = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let (aa, ba) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+        let b2 = b.clone();
+        // The receiver parks before anything is sent.
+        let recv = goro::go!(move || {
+            let mut buf = [0u8; 2048];
+            let mut got = Vec::new();
+            for _ in 0..10 {
+                let (n, from) = b2.recv_from(&mut buf).unwrap();
+                assert_eq!(from, aa);
+                got.push(buf[..n].to_vec());
+            }
+            got
+        });
+        while !b.__parked(false) {
+            goro::yield_now();
+        }
+        let sent: Vec<Vec<u8>> = (0..10).map(|i| pattern(i, 100 + i as usize * 50)).collect();
+        for m in &sent {
+            assert_eq!(a.send_to(m, ba).unwrap(), m.len());
+        }
+        assert_eq!(recv.join().unwrap(), sent);
+        // Connected send/recv.
+        a.connect(ba).unwrap();
+        b.connect(aa).unwrap();
+        b.send(b"pong").unwrap();
+        let mut buf = [0u8; 16];
+        let n = a.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"pong");
+        // recv timeout.
+        a.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+        assert_eq!(a.recv(&mut buf).unwrap_err().kind(), ErrorKind::TimedOut);
+    });
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("goro-net-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn unix_stream_and_datagram() {
+    let _w = init();
+    let dir = temp_dir("unix");
+    let d2 = dir.clone();
+    goro::run(move || {
+        let path = d2.join("s.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        goro::go!(move || {
+            for c in l.incoming() {
+                let c = c.unwrap();
+                goro::go!(move || {
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        match (&c).read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => (&c).write_all(&buf[..n]).unwrap(),
+                        }
+                    }
+                });
+            }
+        });
+        for i in 0..scale(20) {
+            let c = Arc::new(UnixStream::connect(&path).unwrap());
+            let msg = pattern(i as u64, 200_000);
+            let (w, m2) = (c.clone(), msg.clone());
+            let wh = goro::go!(move || {
+                (&*w).write_all(&m2).unwrap();
+                w.shutdown(Shutdown::Write).unwrap();
+            });
+            let mut got = Vec::new();
+            (&*c).read_to_end(&mut got).unwrap();
+            wh.join().unwrap();
+            assert!(got == msg);
+        }
+        // pair(), and a parked reader woken by the other end.
+        let (x, y) = UnixStream::pair().unwrap();
+        let x = Arc::new(x);
+        let x2 = x.clone();
+        let r = goro::go!(move || {
+            let mut b = [0u8; 5];
+            (&*x2).read_exact(&mut b).unwrap();
+            b
+        });
+        while !x.__parked(false) {
+            goro::yield_now();
+        }
+        (&y).write_all(b"hello").unwrap();
+        assert_eq!(&r.join().unwrap(), b"hello");
+        // Writing to a closed peer is EPIPE, not SIGPIPE.
+        drop(y);
+        let e = loop {
+            if let Err(e) = (&*x).write(&[1u8; 4096]) {
+                break e;
+            }
+        };
+        assert_eq!(e.kind(), ErrorKind::BrokenPipe);
+
+        // Datagrams.
+        let (p, q) = UnixDatagram::pair().unwrap();
+        let q = Arc::new(q);
+        let q2 = q.clone();
+        let r = goro::go!(move || {
+            let mut b = [0u8; 64];
+            let n = q2.recv(&mut b).unwrap();
+            b[..n].to_vec()
+        });
+        while !q.__parked(false) {
+            goro::yield_now();
+        }
+        p.send(b"datagram").unwrap();
+        assert_eq!(r.join().unwrap(), b"datagram");
+        let sa = UnixDatagram::bind(d2.join("a.sock")).unwrap();
+        let sb = UnixDatagram::bind(d2.join("b.sock")).unwrap();
+        sa.send_to(b"to-b", d2.join("b.sock")).unwrap();
+        let mut b = [0u8; 16];
+        let (n, from) = sb.recv_from(&mut b).unwrap();
+        assert_eq!(&b[..n], b"to-b");
+        assert_eq!(from.as_pathname(), Some(d2.join("a.sock").as_path()));
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn slowloris_does_not_hold_up_others() {
+    let _w = init();
+    goro::run(|| {
+        let addr = echo_server();
+        // Slow clients: connected, one byte sent, then silent.
+        let slow: Vec<TcpStream> = (0..scale(50))
+            .map(|_| {
+                let c = TcpStream::connect(addr).unwrap();
+                (&c).write_all(b"G").unwrap();
+                c
+            })
+            .collect();
+        // Everyone else is served while they hang.
+        let hs: Vec<_> = (0..scale(100))
+            .map(|i| {
+                goro::go!(move || round_trip(
+                    TcpStream::connect(addr).unwrap(),
+                    pattern(i as u64, 3000)
+                ))
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        drop(slow);
+    });
+}
+
+/// The child half of `accept_loop_survives_emfile` (does nothing unless
+/// run by it).
+#[test]
+fn emfile_child() {
+    if std::env::var("GORO_NET_EMFILE_CHILD").is_err() {
+        return;
+    }
+    let _w = init();
+    goro::run(|| {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        // Another thread of the runtime may hold a transient fd while we
+        // fill the table and free it afterwards (glibc's
+        // pthread_setname_np opens /proc/.../comm), letting the accept
+        // succeed without EMFILE: then the scenario is simply repeated.
+        for attempt in 0..10 {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let served = Arc::new(AtomicUsize::new(0));
+            let s2 = served.clone();
+            let (start_tx, start_rx) = goro::chan::<()>(0);
+            goro::go!(move || {
+                let _ = start_rx.recv(); // accept only once the table is full
+                for c in l.incoming() {
+                    let Ok(mut c) = c else { return };
+                    let mut b = [0u8; 1];
+                    if c.read_exact(&mut b).is_err() {
+                        continue;
+                    }
+                    // Counted before the reply, so a client that got its
+                    // reply sees the count.
+                    s2.fetch_add(1, SeqCst);
+                    let _ = c.write_all(&b);
+                }
+            });
+            // The client connects (the handshake completes in the kernel's
+            // backlog without the server) and sends its byte.
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(b"z").unwrap();
+            // Fill the fd table, then let the server accept: EMFILE.
+            let mut fill = Vec::new();
+            loop {
+                match std::fs::File::open("/dev/null") {
+                    Ok(f) => fill.push(f),
+                    Err(e) => {
+                        assert_eq!(e.raw_os_error(), Some(libc::EMFILE), "{e}");
+                        break;
+                    }
+                }
+            }
+            let before = goro::net::__accept_backoffs();
+            start_tx.send(()).unwrap();
+            // Wait until the accept loop has backed off (or, if a slot was
+            // free after all, served the client).
+            while goro::net::__accept_backoffs() == before && served.load(SeqCst) == 0 {
+                goro::yield_now();
+            }
+            let hit = goro::net::__accept_backoffs() > before;
+            // Free fds: the accept loop must recover and serve.
+            drop(fill);
+            let mut b = [0u8; 1];
+            c.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"z");
+            if !hit {
+                println!("attempt {attempt}: accept found a free fd; repeating");
+                continue;
+            }
+            for _ in 0..5 {
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.write_all(b"y").unwrap();
+                c.read_exact(&mut b).unwrap();
+            }
+            assert_eq!(served.load(SeqCst), 6);
+            return;
+        }
+        panic!("accept never hit EMFILE in 10 attempts");
+    });
+    println!("EMFILE-CHILD-OK");
+}
+
+/// Runs `cmd` with a hang limit; returns (exit status or None if it had to
+/// be killed, stdout, stderr). The limit is hang detection, not a speed
+/// assertion.
+fn run_child(
+    cmd: &mut std::process::Command,
+    limit: Duration,
+) -> (Option<std::process::ExitStatus>, String, String) {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let collect = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v);
+            String::from_utf8_lossy(&v).into_owned()
+        })
+    };
+    let out = collect(Box::new(child.stdout.take().unwrap()));
+    let err = collect(Box::new(child.stderr.take().unwrap()));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = match rx.recv_timeout(limit) {
+        Ok(st) => Some(st.unwrap()),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child's pid (not yet reaped: the
+            // waiter thread is still blocked in wait).
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            let _ = rx.recv();
+            None
+        }
+    };
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
+#[test]
+fn accept_loop_survives_emfile() {
+    let _w = init();
+    if qemu() {
+        // qemu-user 7.2 intermittently fails accept4 with ENOSYS instead of
+        // EMFILE once the fd table is full (seen in 2 of ~20 stress runs),
+        // so the scenario is not reproducible there; x86_64 runs it.
+        println!("SKIPPED under qemu: accept4 may report ENOSYS for EMFILE");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if qemu() {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.args(["-L", "/usr/aarch64-linux-gnu"]).arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    cmd.args(["emfile_child", "--exact", "--nocapture", "--test-threads=1"])
+        .env("GORO_NET_EMFILE_CHILD", "1");
+    // Half the watchdog's limit, so a hung child is reported with its output.
+    let limit = std::env::var("GORO_WATCHDOG_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(Duration::from_secs(if qemu() { 300 } else { 60 }), |s| {
+            Duration::from_secs(s / 2)
+        });
+    let out = run_child(&mut cmd, limit);
+    let (status, stdout, stderr) = out;
+    assert!(
+        status.is_some_and(|s| s.success()) && stdout.contains("EMFILE-CHILD-OK"),
+        "child failed ({status:?}; None = hung and killed)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("goro::net: accept error").count(),
+        1,
+        "the EMFILE must be logged exactly once:\n{stderr}"
+    );
+}
+
+/// Path of an example binary next to this test binary, building it with
+/// cargo if this run did not (e.g. `cargo test --test net`).
+fn example_bin(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let bin = profile_dir.join("examples").join(name);
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.args(["build", "--example", name])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().unwrap() == "release" {
+            cmd.arg("--release");
+        }
+        // target/<triple>/<profile>: cross-built.
+        let triple_dir = profile_dir.parent().unwrap();
+        if triple_dir.file_name().unwrap() != "target" {
+            cmd.arg("--target").arg(triple_dir.file_name().unwrap());
+        }
+        let st = cmd.status().unwrap();
+        assert!(st.success(), "building example {name} failed");
+    }
+    assert!(bin.exists(), "{} missing", bin.display());
+    bin
+}
+
+/// Kills the child on drop (a failing test must not leak a server).
+struct Child(std::process::Child);
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn http_hello_example_serves_hello_world() {
+    let _w = init();
+    let bin = example_bin("http_hello");
+    let mut cmd = if qemu() {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.args(["-L", "/usr/aarch64-linux-gnu"]).arg(&bin);
+        c
+    } else {
+        std::process::Command::new(&bin)
+    };
+    let mut child = Child(
+        cmd.arg("127.0.0.1:0")
+            .env("GOMAXPROCS", "2")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The server prints `listening on ADDR` once it accepts.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.0.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    // Raw std client (a plain thread): two pipelined keep-alive requests,
+    // then one with Connection: close.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert_eq!(resp.matches("HTTP/1.1 200 OK\r\n").count(), 3, "{resp}");
+    assert_eq!(resp.matches("Content-Length: 13\r\n").count(), 3, "{resp}");
+    assert_eq!(resp.matches("\r\n\r\nHello, World!").count(), 3, "{resp}");
+    // Malformed request: 400 and close, and the server lives on.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"\x00\x01 garbage\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{resp}");
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.ends_with("\r\n\r\nHello, World!"), "{resp}");
+    assert!(child.0.try_wait().unwrap().is_none(), "server exited");
+}
