@@ -16,14 +16,18 @@
 //!
 //! # Map of the modules (lower layers first)
 //! - leaves: `arch` (Gobuf, gogo, mcall; asm/*.S), `stack` (arenas,
-//!   guard pages, reuse), `os` (futex, clocks), `throw` (fatal errors).
+//!   guard pages, reuse), `os` (futex, clocks), `throw` (fatal errors),
+//!   `atomic` (relaxed cells for racily read fields).
 //! - objects: `g` (G and its statuses), `m` (M, g0, the current-M
-//!   thread-local), `p` (P), `runq` (the lock-free local run queue).
+//!   thread-local, acquirem/releasem), `p` (P), `runq` (the lock-free
+//!   local run queue).
 //! - scheduler: `sched` (schedule, findRunnable, stealing, wakep/startm/
 //!   stopm/handoffp, stop-the-world), `park` (gopark/goready, Gosched,
 //!   goexit), `proc` (newproc, JoinHandle), `timer` (per-P heaps),
-//!   `netpoll` (epoll wait/break), `signal` (guard-page faults),
-//!   `sysmon`, `syscall`.
+//!   `netpoll` (poll descriptors, epoll wait/break), `signal` (guard-page
+//!   faults, the SIGURG handler), `preempt` (async preemption, pinned
+//!   and migrating modes, blocking detection), `sysmon` (retake),
+//!   `syscall` (entersyscall/exitsyscall).
 //! - user-facing: `sudog` (wait queues), `chan`, `select`, `time`,
 //!   `sema` (Go's semaphore table: waiters keyed by address), `sync`
 //!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
@@ -36,7 +40,10 @@
 //! `spawn`. Do not hold a `thread_local!` borrow, a std `MutexGuard` or
 //! std's stdout lock across those calls. LLVM may cache a thread-local's
 //! address within one function; goro reads its own thread-local only
-//! through non-inlined functions for that reason.
+//! through non-inlined functions for that reason. Asynchronous preemption
+//! (a goroutine interrupted at any instruction after 10 ms) does not move
+//! it: by default it resumes on its own thread ([`PreemptMode::Pinned`];
+//! docs/PREEMPTION.md).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
