@@ -131,8 +131,9 @@ impl Hchan {
     /// asynchronously, so a waiter for it never waits on a sleeping M.
     #[inline]
     pub(crate) fn lock(&self) {
-        crate::preempt::reacquire(); // a detached G takes its P back first
-        crate::m::acquirem();
+        // A detached G takes its P back first; one TLS read for both.
+        let mp = crate::preempt::reacquire_m(crate::m::getm());
+        crate::m::acquirem_at(mp);
         self.lock.lock();
     }
 

@@ -247,7 +247,13 @@ pub(crate) fn getg() -> *mut G {
 /// Nests. Cheap: a TLS read and a store.
 #[inline]
 pub(crate) fn acquirem() -> *mut M {
-    let mp = getm();
+    acquirem_at(getm())
+}
+
+/// [`acquirem`] for an M the caller already read with `getm()` on this
+/// thread (saves a TLS read on hot paths). Returns `mp`.
+#[inline]
+pub(crate) fn acquirem_at(mp: *mut M) -> *mut M {
     if !mp.is_null() {
         // SAFETY: this thread's M, alive forever; locks is written only by
         // this thread (the SIGURG handler on it only reads it).
@@ -270,6 +276,17 @@ pub(crate) fn releasem(mp: *mut M) {
         // SAFETY: as in acquirem.
         let m = unsafe { &*mp };
         m.locks.set(m.locks.get() - 1);
+    }
+}
+
+/// Releases an already-entered critical section (`acquirem`'s `mp`) when
+/// dropped.
+pub(crate) struct MLockOf(pub(crate) *mut M);
+
+impl Drop for MLockOf {
+    #[inline]
+    fn drop(&mut self) {
+        releasem(self.0);
     }
 }
 

@@ -55,8 +55,7 @@ fn mcall_enter(m: &M) {
 #[inline]
 pub(crate) fn parkable_g() -> *mut G {
     // A G that blocking detection detached takes a P back first.
-    crate::preempt::reacquire();
-    let mp = getm();
+    let mp = crate::preempt::reacquire_m(getm());
     if mp.is_null() {
         return core::ptr::null_mut();
     }
@@ -69,14 +68,17 @@ pub(crate) fn parkable_g() -> *mut G {
     }
 }
 
-/// The current M's P for runtime code on a user G (after reacquiring one
-/// if blocking detection detached this M), or null (plain thread, inside a
-/// syscall). The caller must be in an `acquirem` section for the P to stay
-/// its own while it uses it.
+/// Enters a critical section and returns the M and its P (null on a plain
+/// thread; P null inside a syscall). No reacquire: inside the section a
+/// detached G stays as in a syscall (see preempt::reacquire). One TLS read.
 #[inline]
-pub(crate) fn getp_user() -> *mut crate::p::P {
-    crate::preempt::reacquire();
-    crate::m::getp()
+pub(crate) fn acquirem_p() -> (*mut M, *mut crate::p::P) {
+    let mp = crate::m::acquirem();
+    if mp.is_null() {
+        return (mp, core::ptr::null_mut());
+    }
+    // SAFETY: this thread's M; `p` stays its own inside the section.
+    (mp, unsafe { (*mp).p.get() })
 }
 
 /// Whether the caller may park as a goroutine (see [`parkable_g`]).
@@ -124,10 +126,10 @@ unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
 /// when the caller has no P (a plain thread, sysmon). Any thread.
 pub(crate) fn goready(gp: *mut G) {
     // The P read below must stay ours until runqput is done.
-    let _ml = crate::m::MLock::new();
+    let (mp, pp) = acquirem_p();
+    let _ml = crate::m::MLockOf(mp);
     // SAFETY: gp is Waiting and its waker (the caller) owns it now.
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
-    let pp = getp_user();
     if !pp.is_null() {
         // SAFETY: we hold pp (it is our M's P).
         sched::runqput(unsafe { &*pp }, gp, true);

@@ -67,7 +67,7 @@
 //! then hands the P off. SA_RESTART resumes the interrupted call.
 //!
 //! When the call returns, the G runs user code without a P until its next
-//! runtime entry ([`reacquire`], via `parkable_g`, `getp_user` and every
+//! runtime entry ([`reacquire`], via `parkable_g`, runtime locks and every
 //! mcall), which exits the implicit syscall (its old P back if still
 //! free, any idle P, or queue and park); if it computes without entering the
 //! runtime, sysmon signals it (it is `running` again) and the handler sends
@@ -451,16 +451,24 @@ unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
 /// as if in a syscall (no P: waits block the thread) until the next entry.
 #[inline]
 pub(crate) fn reacquire() {
-    let mp = getm();
+    reacquire_m(getm());
+}
+
+/// [`reacquire`] for the caller's already-read M `mp` (saves a TLS read on
+/// hot paths). Returns the current M: `mp`, or a fresh read if the G had
+/// to wait for a P (it may resume on another M).
+#[inline]
+pub(crate) fn reacquire_m(mp: *mut M) -> *mut M {
     if mp.is_null() {
-        return;
+        return mp;
     }
     // SAFETY: this thread's M.
     let m = unsafe { &*mp };
     if !m.detached.load(Ordering::Relaxed) || m.locks.get() != 0 {
-        return;
+        return mp;
     }
     reacquire_slow();
+    getm()
 }
 
 #[cold]

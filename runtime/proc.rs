@@ -52,9 +52,10 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
         None => SCHED.stack_size.load(Ordering::Relaxed),
     };
     // The P stays ours until the new G is queued.
-    let _ml = crate::m::MLock::new();
-    // SAFETY: getp_user's P is held by this M, and stays so in acquirem.
-    let p = unsafe { park::getp_user().as_ref() };
+    let (mp, pp) = park::acquirem_p();
+    let _ml = crate::m::MLockOf(mp);
+    // SAFETY: the P is held by this M, and stays so in the section.
+    let p = unsafe { pp.as_ref() };
     let mut gp = match p {
         Some(p) => sched::gfget(p),
         None => sched::gfget_global(),

@@ -27,8 +27,8 @@ pub(crate) fn deadline_after(d: Duration) -> Option<i64> {
 /// makes sure an M will wake for it (Go's addtimer + wakeNetPoller).
 pub(crate) fn add_timer(when: i64, action: Action) {
     crate::ensure_started();
-    let _ml = crate::m::MLock::new();
-    let pp = crate::park::getp_user();
+    let (mp, pp) = crate::park::acquirem_p();
+    let _ml = crate::m::MLockOf(mp);
     let timers = if pp.is_null() {
         &crate::sched::allp(0).timers
     } else {
