@@ -917,6 +917,10 @@ fn user_sigurg() {
                     goro::spawn(move || spin_until(&stop))
                 })
                 .collect();
+            // The hogs get preempted by goro's own SIGURGs meanwhile.
+            while goro::stats().preemptions_async < 3 {
+                goro::yield_now();
+            }
             let (tx, rx) = goro::chan::<u64>(0);
             let sum = goro::spawn(move || rx.iter().sum::<u64>());
             for i in 0..200u64 {
