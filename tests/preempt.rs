@@ -348,7 +348,8 @@ fn sleeper_beside_hog_migrate() {
 }
 
 /// GODEBUG=asyncpreemptoff=1: no signal-based preemption happens (a hog
-/// with finite work then delays the sleeper by its whole length).
+/// with finite work then delays the goroutine it readied by its whole
+/// length).
 #[test]
 fn asyncpreemptoff() {
     child(
@@ -356,7 +357,13 @@ fn asyncpreemptoff() {
         &[ONE_P, ("GODEBUG", "asyncpreemptoff=1,gorodetect=0")],
         || {
             goro::run(|| {
-                let hog = goro::spawn(|| {
+                // The hog readies us as it starts (a buffered send does not
+                // yield), then computes for 200 ms without a runtime call:
+                // with async preemption off we run again only after it.
+                let (tx, rx) = goro::chan::<()>(1);
+                let t = Instant::now();
+                let hog = goro::spawn(move || {
+                    tx.send(()).unwrap();
                     let t = Instant::now();
                     let mut x = 0u64;
                     while t.elapsed() < Duration::from_millis(200) {
@@ -364,8 +371,7 @@ fn asyncpreemptoff() {
                     }
                     x
                 });
-                let t = Instant::now();
-                goro::time::sleep(Duration::from_millis(1));
+                rx.recv().unwrap();
                 let slept = t.elapsed();
                 hog.join().unwrap();
                 assert_eq!(goro::stats().preemptions_async, 0);
@@ -634,8 +640,9 @@ fn pinned_thread_local_windows() {
 /// be the previous thread's (the hazard docs/PREEMPTION.md describes).
 #[inline(never)]
 fn window() {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+    // A thread-local identity (no system call: the window stays in the
+    // executable's own code, where preemption may land).
+    let tid = std::thread::current().id();
     INSIDE.with(|f| {
         assert!(!f.get(), "another goroutine ran inside the window");
         f.set(true);
@@ -651,8 +658,7 @@ fn window() {
         *b = v + 1;
     });
     INSIDE.with(|f| f.set(false));
-    // SAFETY: as above.
-    assert_eq!(tid, unsafe { libc::gettid() }, "resumed on another thread");
+    assert_eq!(tid, std::thread::current().id(), "resumed on another thread");
 }
 
 /// A hog holding a `std::sync::Mutex` while preempted does not deadlock
