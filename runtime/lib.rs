@@ -43,6 +43,9 @@
 
 mod arch;
 mod atomic;
+mod block_on;
+mod deadlock;
+mod dump;
 mod chan;
 mod g;
 mod local;
@@ -64,6 +67,7 @@ mod syscall;
 mod sysmon;
 mod throw;
 mod timer;
+mod waitreason;
 
 pub mod sync;
 pub mod time;
@@ -72,6 +76,8 @@ pub use chan::{
     chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError,
     SendTimeoutError, Sender, TryIter, TryRecvError, TrySendError,
 };
+pub use block_on::block_on;
+pub use dump::dump;
 pub use local::LocalKey;
 pub use preempt::PreemptMode;
 pub use proc::{spawn, Builder, JoinHandle};
@@ -128,6 +134,17 @@ pub struct Config {
     pub schedtrace_ms: usize,
     /// GODEBUG=scheddetail=1.
     pub scheddetail: bool,
+    /// Deadlock detection (Go's checkdead): when every goroutine is
+    /// blocked on goro objects and nothing can wake one, print
+    /// `fatal error: all goroutines are asleep - deadlock!` with every
+    /// goroutine and exit with status 2. Never reports while any other
+    /// thread could act (see docs/OBSERVABILITY.md). Default on;
+    /// `GODEBUG=gorodeadlock=0` turns it off.
+    pub deadlock_detection: bool,
+    /// SIGQUIT prints a goroutine dump ([`dump`]) to stderr and exits with
+    /// status 2, like Go. Default off; `GOTRACEBACK=all` (or `system`,
+    /// `crash`) turns it on. The handler is installed only when on.
+    pub dump_on_sigquit: bool,
 }
 
 impl Default for Config {
@@ -142,6 +159,8 @@ impl Default for Config {
             time_slice: std::time::Duration::from_millis(10),
             schedtrace_ms: 0,
             scheddetail: false,
+            deadlock_detection: true,
+            dump_on_sigquit: false,
         }
     }
 }
@@ -157,6 +176,11 @@ impl Config {
                 if n > 0 {
                     c.max_procs = n.min(MAX_PROCS);
                 }
+            }
+        }
+        if let Ok(v) = std::env::var("GOTRACEBACK") {
+            if matches!(v.trim(), "all" | "system" | "crash" | "2") {
+                c.dump_on_sigquit = true;
             }
         }
         if let Ok(v) = std::env::var("GODEBUG") {
@@ -178,6 +202,7 @@ impl Config {
                         }
                     }
                     "gorodetect" => c.detect_blocking = val != "0",
+                    "gorodeadlock" => c.deadlock_detection = val != "0",
                     "gorotimeslice" => {
                         if let Ok(us) = val.parse::<u64>() {
                             c.time_slice = std::time::Duration::from_micros(us);
@@ -193,6 +218,20 @@ impl Config {
             }
         }
         c
+    }
+
+    /// Turns deadlock detection on or off (default on); see
+    /// [`Config::deadlock_detection`](Config#structfield.deadlock_detection).
+    pub fn deadlock_detection(mut self, on: bool) -> Config {
+        self.deadlock_detection = on;
+        self
+    }
+
+    /// Turns the SIGQUIT goroutine dump on or off (default off); see
+    /// [`Config::dump_on_sigquit`](Config#structfield.dump_on_sigquit).
+    pub fn dump_on_sigquit(mut self, on: bool) -> Config {
+        self.dump_on_sigquit = on;
+        self
     }
 
     /// Sets the number of Ps.
@@ -530,6 +569,15 @@ pub fn stats() -> Stats {
 pub mod __private {
     pub use crate::select::{__select, __select_none, __select_timeout, RecvSlot, Scase, SendSlot};
     pub use crate::stack::guards_use_madvise;
+
+    /// Deadlock checks stopped by each condition (0: an M busy, 1: run
+    /// queues or timers, 2: a goroutine not provably stuck, 3: a thread
+    /// that could act); see runtime/deadlock.rs. Test hook.
+    pub fn deadlock_rejections() -> [u64; 4] {
+        core::array::from_fn(|i| {
+            crate::deadlock::REJECTED[i].load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
 
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.

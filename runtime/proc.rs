@@ -278,7 +278,11 @@ impl<T> JoinHandle<T> {
             };
             if !gp.is_null() {
                 let args: (*const AtomicUsize, *const Waiter) = (&p.state, &w);
-                park::gopark(Some(join_commit), &args as *const _ as *mut u8);
+                park::gopark(
+                    Some(join_commit),
+                    &args as *const _ as *mut u8,
+                    crate::waitreason::WaitReason::Join,
+                );
             } else if p
                 .state
                 .compare_exchange(

@@ -336,6 +336,8 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         let mut s = SCHED.lock.lock();
         procresize(&mut s, cfg.max_procs as i32, ptr::null_mut());
     }
+    crate::deadlock::init(cfg);
+    crate::dump::init(cfg);
     crate::sysmon::start(cfg);
     STARTED.store(true, Ordering::Release);
     Ok(true)
@@ -550,6 +552,7 @@ fn newm1(mp: *mut M) {
         mstart(arg.cast());
         ptr::null_mut()
     }
+    crate::deadlock::m_thread_started();
     if let Err(e) = os::newosproc(
         &format!("goro-m{id}"),
         crate::m::G0_STACK_SIZE,
@@ -669,7 +672,13 @@ unsafe extern "C" fn mstart_g0(arg: *mut u8) -> ! {
 /// P. g0, without a P.
 pub(crate) fn stopm(m: &M) {
     debug_assert!(m.p.get().is_null() && !m.spinning.get());
-    SCHED.lock.lock().mput(m as *const M as *mut M);
+    {
+        let mut s = SCHED.lock.lock();
+        s.mput(m as *const M as *mut M);
+        // Go's checkdead, from mput: the last M going idle may find a
+        // deadlock (deadlock.rs). Exits the process if so.
+        crate::deadlock::checkdead(s.nmidle, s.runqsize);
+    }
     m.park.sleep();
     m.park.clear();
     let pp = m.nextp.replace(ptr::null_mut());
