@@ -219,13 +219,31 @@ fn count_tasks() -> Option<i64> {
     Some(n)
 }
 
-/// Prints Go's report and exits with status 2 (Go's throw).
+/// Prints Go's report and exits with status 2 (Go's throw). The report
+/// (with the dump's stack scans, which parse debug info: deep and
+/// allocation-heavy) is written by a fresh thread with a large stack rather
+/// than on this g0; we hold sched.lock meanwhile, which the dump never
+/// takes. If no thread can be made, a short report (headers and resume pcs)
+/// is written from here.
 fn report() -> ! {
-    let mut out = Vec::new();
-    out.extend_from_slice(b"fatal error: all goroutines are asleep - deadlock!\n\n");
+    const HEAD: &[u8] = b"fatal error: all goroutines are asleep - deadlock!\n\n";
+    let t = std::thread::Builder::new()
+        .name("goro-deadlock".into())
+        .stack_size(8 << 20)
+        .spawn(|| {
+            let mut out = HEAD.to_vec();
+            let _ = crate::dump::write_goroutines(&mut out, true);
+            crate::dump::write_stderr(&out);
+            // SAFETY: _exit ends the process at once (no destructors: the
+            // goroutines are stuck holding whatever they hold).
+            unsafe { libc::_exit(2) }
+        });
+    if let Ok(t) = t {
+        let _ = t.join();
+    }
+    let mut out = HEAD.to_vec();
     let _ = crate::dump::write_goroutines(&mut out, false);
     crate::dump::write_stderr(&out);
-    // SAFETY: _exit is always safe to call; it ends the process at once
-    // (no destructors: the goroutines are stuck holding whatever they hold).
+    // SAFETY: as above.
     unsafe { libc::_exit(2) }
 }

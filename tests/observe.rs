@@ -583,8 +583,10 @@ fn block_on_wake_twice() {
             w.wake_by_ref();
             w.wake();
         });
+        // Poll 2 may already see `ready` (the store races its check); a
+        // double goready would throw (bad G status transition).
         let n = goro::block_on(g);
-        assert!(n >= 3, "{n}");
+        assert!(n >= 2, "{n}");
         goro::blocking(|| t.join().unwrap());
     });
 }
@@ -643,10 +645,7 @@ fn block_on_wake_inside_poll() {
 fn block_on_waker_clones_on_threads() {
     common::run(|| {
         let (g, ready, waker, polls) = gate();
-        let w = {
-            wait_polls(&polls, 0);
-            waker.clone()
-        };
+        let w = waker.clone();
         let ts: Vec<_> = (0..4)
             .map(|i| {
                 let w = w.clone();
