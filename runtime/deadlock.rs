@@ -34,7 +34,8 @@
 //!    computing, blocked in a std primitive or in a timed goro wait) is a
 //!    possible waker and suppresses the report.
 //!
-//! Condition 4 is read as (epoch, parked, /proc count, parked, epoch): a
+//! Condition 4 is read as (epoch, parked, conditions 1-3, /proc count,
+//! parked, epoch): a
 //! plain thread changes `PLAIN_PARKED` and bumps `PARK_EPOCH` on every park
 //! and every wake (the waker decrements for it, before the woken thread
 //! runs), so equal epochs mean the set of parked plain threads did not
@@ -134,6 +135,14 @@ pub(crate) fn checkdead(nmidle: i32, runqsize: i32) {
     if !ENABLED.load(Ordering::Relaxed) || crate::dump::QUIT_PENDING.load(Ordering::Relaxed) {
         return;
     }
+    // The epoch is read before everything else: a plain thread that parks
+    // while we check changes it (rejected), so any plain thread counted as
+    // parked below was parked during the whole check, and whatever it did
+    // before parking (a goready, a timer, a send) happened before this
+    // SeqCst load (its parking RMW is SeqCst too) and is seen by the checks
+    // of conditions 1-3.
+    let e1 = PARK_EPOCH.load(Ordering::SeqCst);
+    let p1 = PLAIN_PARKED.load(Ordering::SeqCst);
     let s = &crate::sched::SCHED;
     // Condition 1. Relaxed: mcount changes only under conditions that an
     // idle-only M set excludes (newm is called by a running M or thread).
@@ -151,8 +160,6 @@ pub(crate) fn checkdead(nmidle: i32, runqsize: i32) {
             return reject(1);
         }
     }
-    let e1 = PARK_EPOCH.load(Ordering::SeqCst);
-    let p1 = PLAIN_PARKED.load(Ordering::SeqCst);
     // Condition 3.
     let mut n = 0usize;
     {

@@ -185,20 +185,20 @@ fn scan_stack(out: &mut Vec<u8>, from: usize, hi: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// One line pair for `pc`: only the outermost (real, non-inlined)
-/// function and its line, to keep the heuristic scan short.
+/// The (inlined) functions at `pc` except the standard library's
+/// (`/rustc/...` paths): keeps the heuristic scan short while showing the
+/// user and goro frames that inlining folded into one address.
 fn write_frame_outer(out: &mut Vec<u8>, pc: usize) -> io::Result<()> {
-    let mut last = None;
+    let mut lines = Vec::new();
     backtrace::resolve((pc - 1) as *mut core::ffi::c_void, |sym| {
-        let name = sym.name().map(|n| format!("{n:#}"));
-        let loc = match (sym.filename(), sym.lineno()) {
-            (Some(f), Some(l)) => Some(format!("{}:{l}", f.display())),
-            _ => None,
-        };
-        last = Some((name, loc));
+        if let (Some(n), Some(f), Some(l)) = (sym.name(), sym.filename(), sym.lineno()) {
+            if !f.starts_with("/rustc/") {
+                lines.push(format!("{n:#}(...)\n\t{}:{l} pc={pc:#x}\n", f.display()));
+            }
+        }
     });
-    if let Some((Some(name), Some(loc))) = last {
-        writeln!(out, "{name}(...)\n\t{loc} pc={pc:#x}")?;
+    for l in lines {
+        out.extend_from_slice(l.as_bytes());
     }
     Ok(())
 }
