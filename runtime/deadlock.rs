@@ -109,6 +109,7 @@ fn reject(i: usize) {
 
 /// Sets the switch from the config at runtime start.
 pub(crate) fn init(cfg: &crate::Config) {
+    crate::waitreason::set_park_clock(crate::os::nanotime());
     ENABLED.store(cfg.deadlock_detection, Ordering::Relaxed);
 }
 

@@ -56,7 +56,7 @@ pub fn dump(w: &mut impl Write) -> io::Result<()> {
 pub(crate) fn write_goroutines(out: &mut Vec<u8>, walk: bool) -> io::Result<()> {
     let me = crate::m::getg();
     let all: Vec<usize> = crate::g::ALLGS.lock().clone();
-    let now = crate::os::nanotime_coarse();
+    let now = crate::os::nanotime();
     for gp in all {
         let gp = gp as *mut G;
         // SAFETY: Gs are never freed; the fields read here are atomics or

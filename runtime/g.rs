@@ -96,8 +96,9 @@ pub(crate) struct G {
     /// only so the dump and the deadlock check may read it racily from
     /// another thread: it is diagnostics, ordered by nothing.
     pub(crate) waitreason: AtomicU8,
-    /// CLOCK_MONOTONIC_COARSE ns when the G last parked (Go's
-    /// g.waitsince), for the dump's "N minutes". Relaxed, as waitreason.
+    /// When the G last parked (Go's g.waitsince), in `nanotime` ns, read
+    /// from sysmon's clock (`waitreason::park_clock`, at most ~10 ms old),
+    /// for the dump's "N minutes". Relaxed, as waitreason.
     pub(crate) waitsince: AtomicI64,
 }
 

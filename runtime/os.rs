@@ -49,21 +49,6 @@ pub(crate) fn futex_wake(addr: *const AtomicU32, n: i32) {
     }
 }
 
-/// CLOCK_MONOTONIC_COARSE in ns: same epoch as [`nanotime`], tick
-/// resolution (1–4 ms), a few ns per call. For diagnostics stamps on hot
-/// paths (gopark's waitsince).
-#[inline]
-pub(crate) fn nanotime_coarse() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid out-pointer; the coarse clock exists on Linux
-    // since 2.6.32.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
-
 /// Monotonic time in ns since an arbitrary origin. Go's nanotime.
 #[inline]
 pub(crate) fn nanotime() -> i64 {

@@ -100,7 +100,7 @@ pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason
     // Relaxed: diagnostics read racily by the dump; park_m's status CAS
     // (Release) publishes them to whoever readies the G anyway.
     g.waitreason.store(reason as u8, Ordering::Relaxed);
-    g.waitsince.store(crate::os::nanotime_coarse(), Ordering::Relaxed);
+    g.waitsince.store(crate::waitreason::park_clock(), Ordering::Relaxed);
     crate::preempt::pin_if_panicking(m, m.curg.get());
     m.waitunlockf.set(unlockf);
     m.waitlock.set(arg);
