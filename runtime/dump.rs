@@ -80,15 +80,14 @@ pub(crate) fn write_goroutines(out: &mut Vec<u8>, walk: bool) -> io::Result<()> 
             },
             GStatus::Dead | GStatus::Idle => unreachable!(),
         };
-        write!(out, "goroutine {id} [{what}")?;
-        if st == GStatus::Waiting {
-            let since = g.waitsince.load(Ordering::Relaxed);
-            let mins = (now - since) / 60_000_000_000;
-            if since != 0 && mins >= 1 {
-                write!(out, ", {mins} minutes")?;
-            }
-        }
-        writeln!(out, "]:")?;
+        let waited = match st {
+            GStatus::Waiting => match g.waitsince.load(Ordering::Relaxed) {
+                0 => None,
+                since => Some(now - since),
+            },
+            _ => None,
+        };
+        header(out, id, what, waited)?;
         // SAFETY: the name is set before the G first runs and cleared only
         // when it dies; a racy read of a G dying right now may see None.
         if let Some(name) = unsafe { (*g.name.get()).as_deref() } {
@@ -102,6 +101,20 @@ pub(crate) fn write_goroutines(out: &mut Vec<u8>, walk: bool) -> io::Result<()> 
         writeln!(out)?;
     }
     Ok(())
+}
+
+/// Go's header line (traceback.go goroutineheader): `goroutine 7
+/// [chan receive, 3 minutes]:`; the wait time (ns) is shown in whole
+/// minutes, and only from one minute on, as Go does.
+fn header(out: &mut Vec<u8>, id: u64, what: &str, waited_ns: Option<i64>) -> io::Result<()> {
+    write!(out, "goroutine {id} [{what}")?;
+    if let Some(w) = waited_ns {
+        let mins = w / 60_000_000_000;
+        if mins >= 1 {
+            write!(out, ", {mins} minutes")?;
+        }
+    }
+    writeln!(out, "]:")
 }
 
 /// Backtrace of the calling thread (the goroutine calling `dump`).
@@ -346,5 +359,33 @@ pub(crate) fn init(cfg: &crate::Config) {
         sa.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(libc::SIGQUIT, &sa, core::ptr::null_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header;
+
+    fn h(id: u64, what: &str, w: Option<i64>) -> String {
+        let mut v = Vec::new();
+        header(&mut v, id, what, w).unwrap();
+        String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn header_matches_go() {
+        assert_eq!(h(1, "running", None), "goroutine 1 [running]:\n");
+        assert_eq!(
+            h(7, "chan receive", Some(59_999_999_999)),
+            "goroutine 7 [chan receive]:\n"
+        );
+        assert_eq!(
+            h(7, "chan receive", Some(3 * 60_000_000_000 + 5)),
+            "goroutine 7 [chan receive, 3 minutes]:\n"
+        );
+        assert_eq!(
+            h(9, "sync.Mutex.Lock", Some(60_000_000_000)),
+            "goroutine 9 [sync.Mutex.Lock, 1 minutes]:\n"
+        );
     }
 }

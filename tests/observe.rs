@@ -408,7 +408,7 @@ fn dump_lists_wait_reasons() {
         let guard = m.lock();
         let rw = Arc::new(goro::sync::RwLock::new(()));
         let wguard = rw.write();
-        let mut hs = Vec::new();
+        let mut hs: Vec<goro::JoinHandle<()>> = Vec::new();
         let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
         let rec = |h: &goro::JoinHandle<()>| ids.lock().unwrap().push(h.id());
         let h = goro::Builder::new()
@@ -436,6 +436,38 @@ fn dump_lists_wait_reasons() {
         let h = goro::spawn(move || drop(rw2.read()));
         rec(&h);
         hs.push(h);
+        // A writer waiting for a reader to leave.
+        let rw_r = Arc::new(goro::sync::RwLock::new(()));
+        let rguard = rw_r.read();
+        let rw_r2 = rw_r.clone();
+        let h = goro::spawn(move || drop(rw_r2.write()));
+        rec(&h);
+        hs.push(h);
+        let pair = Arc::new((goro::sync::Mutex::new(false), goro::sync::Cond::new()));
+        let pair2 = pair.clone();
+        let h = goro::spawn(move || {
+            let mut g = pair2.0.lock();
+            while !*g {
+                g = pair2.1.wait(g);
+            }
+        });
+        rec(&h);
+        hs.push(h);
+        let sem = Arc::new(goro::sync::Semaphore::new(0));
+        let sem2 = sem.clone();
+        let h = goro::spawn(move || sem2.acquire());
+        rec(&h);
+        hs.push(h);
+        let (sel_tx, sel_rx) = goro::chan::<u32>(0);
+        let (sel_tx2, sel_rx2) = goro::chan::<u32>(0);
+        let h = goro::spawn(move || {
+            goro::select! {
+                recv(sel_rx) -> _ => {},
+                recv(sel_rx2) -> _ => {},
+            }
+        });
+        rec(&h);
+        hs.push(h);
         let h = goro::spawn(|| goro::time::sleep(Duration::from_secs(3600)));
         rec(&h);
         hs.push(h);
@@ -445,8 +477,13 @@ fn dump_lists_wait_reasons() {
             "[sync.WaitGroup.Wait]",
             "[sync.Mutex.Lock]",
             "[sync.RWMutex.RLock]",
+            "[sync.RWMutex.Lock]",
+            "[sync.Cond.Wait]",
+            "[semacquire]",
+            "[select]",
             "[sleep]",
         ];
+        assert_eq!(want.len(), hs.len());
         let ids = ids.lock().unwrap().clone();
         let text = loop {
             let mut v = Vec::new();
@@ -473,9 +510,17 @@ fn dump_lists_wait_reasons() {
         wg.done();
         drop(guard);
         drop(wguard);
-        for h in hs.drain(..5) {
+        drop(rguard);
+        *pair.0.lock() = true;
+        pair.1.notify_all();
+        sem.release();
+        drop(sel_tx);
+        drop(sel_tx2);
+        let sleeper = hs.pop().unwrap();
+        for h in hs {
             h.join().unwrap();
         }
+        drop(sleeper);
         // The sleeper is left parked (detached).
     });
 }
