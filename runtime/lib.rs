@@ -71,6 +71,7 @@ mod waitreason;
 
 pub mod sync;
 pub mod time;
+pub mod trace;
 
 pub use chan::{
     chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError,

@@ -92,6 +92,9 @@ pub(crate) fn in_goroutine() -> bool {
 /// `reason` (Go's waitReason) and the park time are recorded for the dump
 /// and the deadlock check. Must be called on a user G.
 pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason) {
+    if crate::trace::on() {
+        crate::trace::park(crate::current_id().unwrap_or(0), reason);
+    }
     let mp = crate::m::acquirem();
     // SAFETY: on a user G, so mp is this thread's M; ours until park_m.
     let m = unsafe { &*mp };
@@ -136,6 +139,10 @@ pub(crate) fn goready(gp: *mut G) {
     let _ml = crate::m::MLock::new();
     // SAFETY: gp is Waiting and its waker (the caller) owns it now.
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
+    if crate::trace::on() {
+        // SAFETY: we own gp now; its id is stable while it lives.
+        crate::trace::unpark(unsafe { (*gp).goid.get() });
+    }
     let pp = getp_user();
     if !pp.is_null() {
         // SAFETY: we hold pp (it is our M's P).

@@ -109,6 +109,9 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     unsafe { (*g.gobuf()).sp = sp };
     let goid = sched::next_goid(p);
     g.goid.set(goid);
+    if crate::trace::on() {
+        crate::trace::spawn(goid);
+    }
     // SAFETY: the G is ours until queued below.
     unsafe { *g.name.get() = name };
     g.param.store(0, Ordering::Relaxed);

@@ -340,6 +340,7 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     crate::dump::init(cfg);
     crate::sysmon::start(cfg);
     STARTED.store(true, Ordering::Release);
+    crate::trace::init_from_env();
     Ok(true)
 }
 
@@ -771,6 +772,9 @@ pub(crate) fn wake_netpoller(when: i64) {
 
 /// Go's schedule: find a runnable G and run it. g0 only; never returns.
 pub(crate) fn schedule() -> ! {
+    if crate::trace::on() {
+        crate::trace::slice_end();
+    }
     // SAFETY: called on g0 of the current thread's M.
     let m = unsafe { &*getm() };
     let lg = m.lockedg.get();
@@ -975,6 +979,10 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     g.m.set(m as *const M as *mut M);
     g.cas_status(GStatus::Runnable, GStatus::Running);
     g.preempt.store(false, Ordering::Relaxed);
+    if crate::trace::on() {
+        // SAFETY: we hold a P while executing; its id is immutable.
+        crate::trace::slice_begin(unsafe { (*m.p.get()).id }, g.goid.get());
+    }
     if g.pinned.get() {
         // Back on the M it was pinned to (preempt.rs): the pin is done.
         crate::preempt::unpin(m, g);

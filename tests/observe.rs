@@ -38,6 +38,8 @@ const TESTS: &[Test] = &[
     ("block_on_async_channel", block_on_async_channel),
     ("dump_lists_wait_reasons", dump_lists_wait_reasons),
     ("sigquit_dump", sigquit_dump),
+    ("trace_file", trace_file),
+    ("trace_env", trace_env),
     ("deadlock_report", deadlock_report),
     ("deadlock_off", deadlock_off),
     ("no_deadlock_timer_pending", no_deadlock_timer_pending),
@@ -164,6 +166,7 @@ fn child(name: &str) {
         "plain_sender" => child_plain_sender(),
         "blocking" => child_blocking(),
         "run_from_plain" => child_run_from_plain(),
+        "trace_env" => child_trace_env(),
         _ => panic!("unknown child {name}"),
     }
 }
@@ -790,4 +793,125 @@ fn block_on_async_channel() {
         let total: u64 = consumers.into_iter().map(|h| h.join().unwrap()).sum();
         assert_eq!(total, 499_500);
     });
+}
+
+// ---------------------------------------------------------------------------
+// Execution trace.
+
+/// Ping-pong between two goroutines, returning (pinger id, ponger id).
+fn ping_pong(n: u32) -> (u64, u64) {
+    let (tx, rx) = goro::chan::<u32>(0);
+    let (btx, brx) = goro::chan::<u32>(0);
+    let ponger = goro::spawn(move || {
+        for v in rx.iter() {
+            btx.send(v + 1).unwrap();
+        }
+    });
+    let me = goro::current_id().unwrap();
+    for i in 0..n {
+        tx.send(i).unwrap();
+        assert_eq!(brx.recv().unwrap(), i + 1);
+    }
+    drop(tx);
+    let pid = ponger.id();
+    ponger.join().unwrap();
+    (me, pid)
+}
+
+fn trace_path(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("goro-trace-{}-{tag}.json", std::process::id()))
+}
+
+/// Parses a trace and checks its shape; returns the events.
+fn check_trace(path: &std::path::Path, ids: &[u64]) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap().clone();
+    let named: Vec<i64> = evs
+        .iter()
+        .filter(|e| e["ph"] == "M")
+        .map(|e| e["tid"].as_i64().unwrap())
+        .collect();
+    for &id in ids {
+        let g = format!("G{id}");
+        assert!(
+            evs.iter()
+                .any(|e| e["ph"] == "X" && e["name"] == g.as_str()),
+            "no slice for {g}"
+        );
+        assert!(
+            evs.iter()
+                .any(|e| e["name"] == "park" && e["args"]["goid"] == id),
+            "no park for {g}"
+        );
+        assert!(
+            evs.iter()
+                .any(|e| e["name"] == "unpark" && e["args"]["goid"] == id),
+            "no unpark for {g}"
+        );
+    }
+    assert!(evs
+        .iter()
+        .any(|e| e["name"] == "park" && e["args"]["reason"] == "chan receive"));
+    // Every event's track is named, and slices on one P never overlap.
+    let mut by_p: std::collections::BTreeMap<i64, Vec<(f64, f64)>> = Default::default();
+    for e in &evs {
+        let tid = e["tid"].as_i64().unwrap();
+        assert!(named.contains(&tid), "unnamed track {tid}");
+        if e["ph"] == "X" {
+            assert!(tid >= 0);
+            by_p.entry(tid)
+                .or_default()
+                .push((e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()));
+        }
+    }
+    for (p, mut v) in by_p {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        for w in v.windows(2) {
+            // 1 ns of slack for the µs rounding of two f64s.
+            assert!(w[1].0 + 0.001 >= w[0].0 + w[0].1, "overlap on P{p}: {w:?}");
+        }
+    }
+    evs
+}
+
+fn trace_file() {
+    let path = trace_path("api");
+    common::run(move || {
+        assert_eq!(
+            goro::trace::stop().unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        goro::trace::start(&path).unwrap();
+        assert_eq!(
+            goro::trace::start(&path).unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
+        let (a, b) = ping_pong(100);
+        goro::trace::stop().unwrap();
+        let evs = check_trace(&path, &[a, b]);
+        assert!(evs
+            .iter()
+            .any(|e| e["name"] == "spawn" && e["args"]["goid"] == b));
+        let _ = std::fs::remove_file(&path);
+    });
+}
+
+fn child_trace_env() {
+    let ids = goro::run(|| ping_pong(50));
+    println!("ids {} {}", ids.0, ids.1);
+}
+
+/// GORO_TRACE=path: traced from runtime start, written at exit.
+fn trace_env() {
+    let path = trace_path("env");
+    let o = spawn_child("trace_env", &[("GORO_TRACE", path.to_str().unwrap())], None);
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let line = o.stdout.lines().find(|l| l.starts_with("ids ")).unwrap();
+    let ids: Vec<u64> = line[4..].split(' ').map(|x| x.parse().unwrap()).collect();
+    let evs = check_trace(&path, &ids);
+    assert!(evs
+        .iter()
+        .any(|e| e["name"] == "spawn" && e["args"]["goid"] == ids[1]));
+    let _ = std::fs::remove_file(&path);
 }
