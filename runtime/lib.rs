@@ -28,6 +28,10 @@
 //!   `sema` (Go's semaphore table: waiters keyed by address), `sync`
 //!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
 //!   (`goroutine_local!`).
+//! - observability (docs/OBSERVABILITY.md): `waitreason` (Go's wait
+//!   reasons, recorded by gopark), `dump` (goroutine dump, SIGQUIT),
+//!   `deadlock` (Go's checkdead), `trace` (Chrome trace-event JSON),
+//!   `block_on` (Futures in goroutines).
 //!
 //! # Thread affinity (read this if you use thread-locals)
 //! A goroutine may resume on a different OS thread after any switch point:
