@@ -46,7 +46,13 @@ const MAX_FRAMES: usize = 64;
 /// of `w`. Before the runtime started it writes nothing.
 pub fn dump(w: &mut impl Write) -> io::Result<()> {
     let mut buf = Vec::new();
-    write_goroutines(&mut buf, true)?;
+    {
+        // A runtime critical section: the goroutine list's lock and the
+        // symbolizer's locks must not be held by a goroutine preempted
+        // (and pinned) on this M while another on the M takes them.
+        let _ml = crate::m::MLock::new();
+        write_goroutines(&mut buf, true)?;
+    }
     w.write_all(&buf)
 }
 

@@ -92,14 +92,16 @@ pub(crate) fn in_goroutine() -> bool {
 /// `reason` (Go's waitReason) and the park time are recorded for the dump
 /// and the deadlock check. Must be called on a user G.
 pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason) {
-    if crate::trace::on() {
-        crate::trace::park(crate::current_id().unwrap_or(0), reason);
-    }
     let mp = crate::m::acquirem();
     // SAFETY: on a user G, so mp is this thread's M; ours until park_m.
     let m = unsafe { &*mp };
     // SAFETY: curg is the running G (never freed).
     let g = unsafe { &*m.curg.get() };
+    if crate::trace::on() {
+        // Inside the critical section: the trace buffer's lock must not be
+        // held by a G preempted on this M (the M would then block on it).
+        crate::trace::park(g.goid.get(), reason);
+    }
     // Relaxed: diagnostics read racily by the dump; park_m's status CAS
     // (Release) publishes them to whoever readies the G anyway.
     g.waitreason.store(reason as u8, Ordering::Relaxed);

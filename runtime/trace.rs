@@ -75,6 +75,8 @@ pub(crate) fn on() -> bool {
 
 /// Runs `f` on this thread's buffer. Not inlined: the thread-local's
 /// address must not be cached across a goroutine switch (lib.rs docs).
+/// Callers on a user G are inside an acquirem section (never preempted
+/// while holding the buffer's lock); the others run on g0.
 #[inline(never)]
 fn with_buf(f: impl FnOnce(&mut Buf)) {
     let _ = MINE.try_with(|b| f(&mut b.lock()));
@@ -162,6 +164,8 @@ pub fn start(path: impl AsRef<Path>) -> io::Result<()> {
 }
 
 pub(crate) fn start_inner(path: &Path) -> io::Result<()> {
+    // Critical section: the trace locks are also taken on g0 of this M.
+    let _ml = crate::m::MLock::new();
     let mut out = OUT.lock();
     if out.is_some() {
         return Err(io::Error::new(
@@ -187,6 +191,8 @@ pub(crate) fn start_inner(path: &Path) -> io::Result<()> {
 /// Errors: writing the file failed, or no trace is running
 /// (`ErrorKind::NotFound`).
 pub fn stop() -> io::Result<()> {
+    // Critical section: the trace locks are also taken on g0 of this M.
+    let _ml = crate::m::MLock::new();
     let mut out = OUT.lock();
     let Some(path) = out.take() else {
         return Err(io::Error::new(

@@ -574,12 +574,16 @@ impl Future for Gate {
     }
 }
 
-fn gate() -> (
+/// A Gate and the handles a test keeps: its `ready` flag, its last
+/// waker, its poll count.
+type GateParts = (
     Gate,
     Arc<std::sync::atomic::AtomicBool>,
     Arc<std::sync::Mutex<Option<Waker>>>,
     Arc<AtomicUsize>,
-) {
+);
+
+fn gate() -> GateParts {
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let waker = Arc::new(std::sync::Mutex::new(None));
     let polls = Arc::new(AtomicUsize::new(0));
