@@ -195,6 +195,10 @@ fn rejections_since(before: [u64; 4], i: usize) -> u64 {
 /// Goroutines parked on channels while one waits for a timer channel
 /// (`select` on `time::after`): the pending timer is a possible waker.
 fn child_timer() {
+    // Two Ps: with one, the only M waits in netpoll for the timer and no
+    // check runs at all (nothing to assert about). With two, the second M
+    // goes idle while the first is busy or in netpoll.
+    goro::start(goro::Config::from_env().max_procs(2)).unwrap();
     let before = goro::__private::deadlock_rejections();
     goro::run(|| {
         let (tx, rx) = goro::chan::<u32>(0);
