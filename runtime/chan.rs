@@ -339,7 +339,7 @@ impl Hchan {
         // no longer queued (the waker dequeues it before readying us).
         unsafe { self.st().sendq.enqueue(&mut sg) };
         // SAFETY: we hold the lock and are queued; park releases the lock.
-        unsafe { sg.park_unlock(self) };
+        unsafe { sg.park_unlock(self, crate::waitreason::WaitReason::ChanSend) };
         if sg.success {
             Try::Done
         } else {
@@ -382,7 +382,7 @@ impl Hchan {
         // SAFETY: as in send.
         unsafe { self.st().recvq.enqueue(&mut sg) };
         // SAFETY: as in send.
-        unsafe { sg.park_unlock(self) };
+        unsafe { sg.park_unlock(self, crate::waitreason::WaitReason::ChanReceive) };
         if sg.success {
             Try::Done
         } else {

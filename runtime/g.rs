@@ -5,7 +5,7 @@ use crate::m::M;
 use crate::stack::Stack;
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Go's G statuses (runtime2.go, same numbers). Each says who owns the G's
 /// stack and whether the G is on a queue.
@@ -91,6 +91,15 @@ pub(crate) struct G {
     /// Goroutine-local storage (local.rs owns the representation); null
     /// when the G has none. Touched only by the G itself.
     pub(crate) locals: Cell<*mut u8>,
+    /// Why the G is parked ([`crate::waitreason::WaitReason`] as u8), set
+    /// by gopark before the G is published as Waiting. Atomic (Relaxed)
+    /// only so the dump and the deadlock check may read it racily from
+    /// another thread: it is diagnostics, ordered by nothing.
+    pub(crate) waitreason: AtomicU8,
+    /// When the G last parked (Go's g.waitsince), in `nanotime` ns, read
+    /// from sysmon's clock (`waitreason::park_clock`, at most ~10 ms old),
+    /// for the dump's "N minutes". Relaxed, as waitreason.
+    pub(crate) waitsince: AtomicI64,
 }
 
 // SAFETY: Gs are handed between threads only through the run queues, wait
@@ -118,6 +127,8 @@ impl G {
             locked_count: Cell::new(0),
             pinned: Cell::new(false),
             locals: Cell::new(ptr::null_mut()),
+            waitreason: AtomicU8::new(0),
+            waitsince: AtomicI64::new(0),
         }));
         ALLGS.lock().push(gp as usize);
         gp

@@ -33,6 +33,10 @@
 //!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
 //!   (`goroutine_local!`), `net` (TCP/UDP/Unix sockets on the netpoller's
 //!   poll descriptors).
+//! - observability (docs/OBSERVABILITY.md): `waitreason` (Go's wait
+//!   reasons, recorded by gopark), `dump` (goroutine dump, SIGQUIT),
+//!   `deadlock` (Go's checkdead), `trace` (Chrome trace-event JSON),
+//!   `block_on` (Futures in goroutines).
 //!
 //! # Thread affinity (read this if you use thread-locals)
 //! A goroutine may resume on a different OS thread after any switch point:
@@ -51,6 +55,9 @@
 
 mod arch;
 mod atomic;
+mod block_on;
+mod deadlock;
+mod dump;
 mod chan;
 mod g;
 mod local;
@@ -72,15 +79,19 @@ mod syscall;
 mod sysmon;
 mod throw;
 mod timer;
+mod waitreason;
 
 pub mod net;
 pub mod sync;
 pub mod time;
+pub mod trace;
 
 pub use chan::{
     chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError,
     SendTimeoutError, Sender, TryIter, TryRecvError, TrySendError,
 };
+pub use block_on::block_on;
+pub use dump::dump;
 pub use local::LocalKey;
 pub use preempt::PreemptMode;
 pub use proc::{spawn, Builder, JoinHandle};
@@ -137,6 +148,17 @@ pub struct Config {
     pub schedtrace_ms: usize,
     /// GODEBUG=scheddetail=1.
     pub scheddetail: bool,
+    /// Deadlock detection (Go's checkdead): when every goroutine is
+    /// blocked on goro objects and nothing can wake one, print
+    /// `fatal error: all goroutines are asleep - deadlock!` with every
+    /// goroutine and exit with status 2. Never reports while any other
+    /// thread could act (see docs/OBSERVABILITY.md). Default on;
+    /// `GODEBUG=gorodeadlock=0` turns it off.
+    pub deadlock_detection: bool,
+    /// SIGQUIT prints a goroutine dump ([`dump`]) to stderr and exits with
+    /// status 2, like Go. Default off; `GOTRACEBACK=all` (or `system`,
+    /// `crash`) turns it on. The handler is installed only when on.
+    pub dump_on_sigquit: bool,
 }
 
 impl Default for Config {
@@ -151,6 +173,8 @@ impl Default for Config {
             time_slice: std::time::Duration::from_millis(10),
             schedtrace_ms: 0,
             scheddetail: false,
+            deadlock_detection: true,
+            dump_on_sigquit: false,
         }
     }
 }
@@ -166,6 +190,11 @@ impl Config {
                 if n > 0 {
                     c.max_procs = n.min(MAX_PROCS);
                 }
+            }
+        }
+        if let Ok(v) = std::env::var("GOTRACEBACK") {
+            if matches!(v.trim(), "all" | "system" | "crash" | "2") {
+                c.dump_on_sigquit = true;
             }
         }
         if let Ok(v) = std::env::var("GODEBUG") {
@@ -187,6 +216,7 @@ impl Config {
                         }
                     }
                     "gorodetect" => c.detect_blocking = val != "0",
+                    "gorodeadlock" => c.deadlock_detection = val != "0",
                     "gorotimeslice" => {
                         if let Ok(us) = val.parse::<u64>() {
                             c.time_slice = std::time::Duration::from_micros(us);
@@ -202,6 +232,20 @@ impl Config {
             }
         }
         c
+    }
+
+    /// Turns deadlock detection on or off (default on); see
+    /// [`Config::deadlock_detection`](Config#structfield.deadlock_detection).
+    pub fn deadlock_detection(mut self, on: bool) -> Config {
+        self.deadlock_detection = on;
+        self
+    }
+
+    /// Turns the SIGQUIT goroutine dump on or off (default off); see
+    /// [`Config::dump_on_sigquit`](Config#structfield.dump_on_sigquit).
+    pub fn dump_on_sigquit(mut self, on: bool) -> Config {
+        self.dump_on_sigquit = on;
+        self
     }
 
     /// Sets the number of Ps.
@@ -539,6 +583,15 @@ pub fn stats() -> Stats {
 pub mod __private {
     pub use crate::select::{__select, __select_none, __select_timeout, RecvSlot, Scase, SendSlot};
     pub use crate::stack::guards_use_madvise;
+
+    /// Deadlock checks stopped by each condition (0: an M busy, 1: run
+    /// queues or timers, 2: a goroutine not provably stuck, 3: a thread
+    /// that could act); see runtime/deadlock.rs. Test hook.
+    pub fn deadlock_rejections() -> [u64; 4] {
+        core::array::from_fn(|i| {
+            crate::deadlock::REJECTED[i].load(std::sync::atomic::Ordering::Relaxed)
+        })
+    }
 
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.

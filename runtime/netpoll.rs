@@ -398,7 +398,11 @@ impl PollDesc {
                     },
                 );
             }
-            crate::park::gopark(Some(block_commit), slot as *const AtomicUsize as *mut u8);
+            crate::park::gopark(
+                Some(block_commit),
+                slot as *const AtomicUsize as *mut u8,
+                crate::waitreason::WaitReason::IoWait,
+            );
             if deadline.is_some() {
                 // Cancel the timer (it becomes stale and is purged).
                 gen.fetch_add(1, Ordering::SeqCst);

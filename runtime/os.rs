@@ -131,6 +131,7 @@ pub(crate) fn newosproc(
         if r != 0 {
             return Err(std::io::Error::from_raw_os_error(r));
         }
+        crate::deadlock::thread_started();
         let mut cname = [0u8; 16];
         for (d, s) in cname.iter_mut().zip(name.bytes().take(15)) {
             *d = s;

@@ -12,6 +12,7 @@ use crate::arch;
 use crate::g::{GStatus, G};
 use crate::m::{getm, UnlockFn, M};
 use crate::sched::{self, SCHED};
+use crate::waitreason::WaitReason;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Runs `f(gp)` on the current M's g0 after saving the current G. Returns
@@ -89,11 +90,23 @@ pub(crate) fn in_goroutine() -> bool {
 
 /// Go's gopark: park the current G; on g0 run `unlockf(gp, arg)`, and if
 /// it returns false resume the G at once. Returns when the G is readied.
-/// Must be called on a user G.
-pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8) {
+/// `reason` (Go's waitReason) and the park time are recorded for the dump
+/// and the deadlock check. Must be called on a user G.
+pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason) {
     let mp = crate::m::acquirem();
     // SAFETY: on a user G, so mp is this thread's M; ours until park_m.
     let m = unsafe { &*mp };
+    // SAFETY: curg is the running G (never freed).
+    let g = unsafe { &*m.curg.get() };
+    if crate::trace::on() {
+        // Inside the critical section: the trace buffer's lock must not be
+        // held by a G preempted on this M (the M would then block on it).
+        crate::trace::park(g.goid.get(), reason);
+    }
+    // Relaxed: diagnostics read racily by the dump; park_m's status CAS
+    // (Release) publishes them to whoever readies the G anyway.
+    g.waitreason.store(reason as u8, Ordering::Relaxed);
+    g.waitsince.store(crate::waitreason::park_clock(), Ordering::Relaxed);
     crate::preempt::pin_if_panicking(m, m.curg.get());
     m.waitunlockf.set(unlockf);
     m.waitlock.set(arg);
@@ -130,6 +143,10 @@ pub(crate) fn goready(gp: *mut G) {
     let _ml = crate::m::MLockOf(mp);
     // SAFETY: gp is Waiting and its waker (the caller) owns it now.
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
+    if crate::trace::on() {
+        // SAFETY: we own gp now; its id is stable while it lives.
+        crate::trace::unpark(unsafe { (*gp).goid.get() });
+    }
     if !pp.is_null() {
         // SAFETY: we hold pp (it is our M's P).
         sched::runqput(unsafe { &*pp }, gp, true);
@@ -259,6 +276,10 @@ pub(crate) fn preempt_check() {
     }
 }
 
+/// `Parker::flag` while its thread is blocked in `park` (0: not parked
+/// yet, 1: woken).
+const PARKED: u32 = 2;
+
 /// A plain OS thread's stand-in for gopark/goready: a futex flag plus the
 /// wake parameter (what `g.param` is for a G). Lives on the waiting
 /// thread's stack; one wake per park.
@@ -276,11 +297,22 @@ impl Parker {
         }
     }
 
-    /// Blocks the thread until `unpark`.
+    /// Blocks the thread until `unpark`. Counted as a parked plain thread
+    /// for the deadlock check (deadlock.rs, condition 4): the flag goes
+    /// 0 -> PARKED here, and the waker that swaps PARKED -> 1 uncounts it.
     pub(crate) fn park(&self) {
+        // Acquire (also on failure): pairs with unpark's Release, so the
+        // waker's writes are visible if it came first.
+        if self
+            .flag
+            .compare_exchange(0, PARKED, Ordering::Acquire, Ordering::Acquire)
+            .is_ok()
+        {
+            crate::deadlock::plain_parked();
+        }
         // Acquire pairs with unpark's Release: the waker's writes are visible.
-        while self.flag.load(Ordering::Acquire) == 0 {
-            crate::os::futex_wait(&self.flag, 0, None);
+        while self.flag.load(Ordering::Acquire) != 1 {
+            crate::os::futex_wait(&self.flag, PARKED, None);
         }
     }
 
@@ -305,7 +337,11 @@ impl Parker {
     pub(crate) fn unpark(&self, param: usize) {
         self.param.store(param, Ordering::Relaxed); // published by the Release below
         let addr: *const AtomicU32 = &self.flag;
-        self.flag.store(1, Ordering::Release);
+        // Release: publishes param and the waker's writes to the parker.
+        // After this swap the Parker may be gone (touch only `addr`).
+        if self.flag.swap(1, Ordering::Release) == PARKED {
+            crate::deadlock::plain_unparked();
+        }
         crate::os::futex_wake(addr, 1);
     }
 }

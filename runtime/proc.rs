@@ -110,6 +110,9 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     unsafe { (*g.gobuf()).sp = sp };
     let goid = sched::next_goid(p);
     g.goid.set(goid);
+    if crate::trace::on() {
+        crate::trace::spawn(goid);
+    }
     // SAFETY: the G is ours until queued below.
     unsafe { *g.name.get() = name };
     g.param.store(0, Ordering::Relaxed);
@@ -279,7 +282,11 @@ impl<T> JoinHandle<T> {
             };
             if !gp.is_null() {
                 let args: (*const AtomicUsize, *const Waiter) = (&p.state, &w);
-                park::gopark(Some(join_commit), &args as *const _ as *mut u8);
+                park::gopark(
+                    Some(join_commit),
+                    &args as *const _ as *mut u8,
+                    crate::waitreason::WaitReason::Join,
+                );
             } else if p
                 .state
                 .compare_exchange(

@@ -346,8 +346,11 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         let mut s = SCHED.lock.lock();
         procresize(&mut s, cfg.max_procs as i32, ptr::null_mut());
     }
+    crate::deadlock::init(cfg);
+    crate::dump::init(cfg);
     crate::sysmon::start(cfg);
     STARTED.store(true, Ordering::Release);
+    crate::trace::init_from_env();
     Ok(true)
 }
 
@@ -560,6 +563,7 @@ fn newm1(mp: *mut M) {
         mstart(arg.cast());
         ptr::null_mut()
     }
+    crate::deadlock::m_thread_started();
     if let Err(e) = os::newosproc(
         &format!("goro-m{id}"),
         crate::m::G0_STACK_SIZE,
@@ -677,7 +681,13 @@ unsafe extern "C" fn mstart_g0(arg: *mut u8) -> ! {
 /// P. g0, without a P.
 pub(crate) fn stopm(m: &M) {
     debug_assert!(m.p.get().is_null() && !m.spinning.get());
-    SCHED.lock.lock().mput(m as *const M as *mut M);
+    {
+        let mut s = SCHED.lock.lock();
+        s.mput(m as *const M as *mut M);
+        // Go's checkdead, from mput: the last M going idle may find a
+        // deadlock (deadlock.rs). Exits the process if so.
+        crate::deadlock::checkdead(s.nmidle, s.runqsize);
+    }
     m.park.sleep();
     m.park.clear();
     let pp = m.nextp.replace(ptr::null_mut());
@@ -786,6 +796,9 @@ pub(crate) fn wake_netpoller(when: i64) {
 
 /// Go's schedule: find a runnable G and run it. g0 only; never returns.
 pub(crate) fn schedule() -> ! {
+    if crate::trace::on() {
+        crate::trace::slice_end();
+    }
     // SAFETY: called on g0 of the current thread's M.
     let m = unsafe { &*getm() };
     let lg = m.lockedg.get();
@@ -990,6 +1003,10 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     g.m.set(m as *const M as *mut M);
     g.cas_status(GStatus::Runnable, GStatus::Running);
     g.preempt.store(false, Ordering::Relaxed);
+    if crate::trace::on() {
+        // SAFETY: we hold a P while executing; its id is immutable.
+        crate::trace::slice_begin(unsafe { (*m.p.get()).id }, g.goid.get());
+    }
     if g.pinned.get() {
         // Back on the M it was pinned to (preempt.rs): the pin is done.
         crate::preempt::unpin(m, g);

@@ -250,7 +250,11 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
             deadline,
             seq,
         };
-        park::gopark(Some(selparkcommit), &args as *const ParkArgs<'_> as *mut u8);
+        park::gopark(
+            Some(selparkcommit),
+            &args as *const ParkArgs<'_> as *mut u8,
+            crate::waitreason::WaitReason::Select,
+        );
         // SAFETY: gp is us, running again.
         unsafe { (*gp).param.swap(0, Ordering::Relaxed) }
     } else {
@@ -303,7 +307,7 @@ fn block_forever(deadline: Option<i64>) -> Selected {
         }
         None => loop {
             if park::in_goroutine() {
-                park::gopark(None, ptr::null_mut());
+                park::gopark(None, ptr::null_mut(), crate::waitreason::WaitReason::SelectNoCases);
             } else {
                 Parker::new().park();
             }

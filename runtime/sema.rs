@@ -197,17 +197,18 @@ fn unlock_root(_gp: *mut G, root: *mut u8) -> bool {
 /// Go's semacquire1: wait until `*addr > 0`, then decrement it. Parks the
 /// calling goroutine, or blocks the calling thread. With `lifo`, the caller
 /// queues at the head of the address's waiters (Mutex re-waiters).
-pub(crate) fn semacquire(addr: &AtomicU32, lifo: bool) {
+/// `reason` is what a parked goroutine reports (Go's semacquire1 reason).
+pub(crate) fn semacquire(addr: &AtomicU32, lifo: bool, reason: crate::waitreason::WaitReason) {
     // Easy case.
     if cansemacquire(addr) {
         return;
     }
-    semacquire_slow(addr, lifo);
+    semacquire_slow(addr, lifo, reason);
 }
 
 #[cold]
 #[inline(never)]
-fn semacquire_slow(addr: &AtomicU32, lifo: bool) {
+fn semacquire_slow(addr: &AtomicU32, lifo: bool, reason: crate::waitreason::WaitReason) {
     let root = root_for(addr);
     let gp = parkable_g();
     loop {
@@ -244,7 +245,11 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool) {
         // moved) until it is dequeued, which happens before we are woken.
         unsafe { root.queue(wp, lifo) };
         if !gp.is_null() {
-            park::gopark(Some(unlock_root), root as *const SemaRoot as *mut u8);
+            park::gopark(
+                Some(unlock_root),
+                root as *const SemaRoot as *mut u8,
+                reason,
+            );
         } else {
             // SAFETY: taken above.
             unsafe { root.lock.unlock() };
@@ -648,7 +653,11 @@ impl NotifyList {
             list.1 = wp;
         }
         if !gp.is_null() {
-            park::gopark(Some(unlock_notify), self as *const NotifyList as *mut u8);
+            park::gopark(
+                Some(unlock_notify),
+                self as *const NotifyList as *mut u8,
+                crate::waitreason::WaitReason::SyncCondWait,
+            );
         } else {
             // SAFETY: taken above.
             unsafe { self.lock.unlock() };

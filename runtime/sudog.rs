@@ -72,9 +72,9 @@ impl Sudog {
     ///
     /// # Safety
     /// The caller holds `c.lock` and `self` is queued on `c`.
-    pub(crate) unsafe fn park_unlock(&mut self, c: &Hchan) {
+    pub(crate) unsafe fn park_unlock(&mut self, c: &Hchan, reason: crate::waitreason::WaitReason) {
         if !self.g.is_null() {
-            park::gopark(Some(unlock_chan), c as *const Hchan as *mut u8);
+            park::gopark(Some(unlock_chan), c as *const Hchan as *mut u8, reason);
         } else {
             // SAFETY: we hold the lock (caller's contract).
             unsafe { c.unlock() };

@@ -110,6 +110,7 @@ fn sysmon() -> ! {
             delay
         });
         let now = crate::os::nanotime();
+        crate::waitreason::set_park_clock(now); // gopark's waitsince stamp (issue 12)
         // Go's sysmon timer check: a due timer on some P while nobody is
         // looking (all Ms asleep, none in netpoll) gets an M.
         if SCHED.npidle.load(Ordering::Relaxed) > 0 && SCHED.lastpoll.load(Ordering::Relaxed) != 0 {

@@ -63,9 +63,17 @@ pub fn sleep(d: Duration) {
         return;
     }
     match deadline_after(d) {
-        Some(when) => crate::park::gopark(Some(sleep_commit), when as usize as *mut u8),
+        Some(when) => crate::park::gopark(
+            Some(sleep_commit),
+            when as usize as *mut u8,
+            crate::waitreason::WaitReason::Sleep,
+        ),
         None => loop {
-            crate::park::gopark(None, core::ptr::null_mut());
+            crate::park::gopark(
+                None,
+                core::ptr::null_mut(),
+                crate::waitreason::WaitReason::SelectNoCases,
+            );
         },
     }
 }

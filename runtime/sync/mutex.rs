@@ -40,6 +40,7 @@
 //! parking lets those goroutines run). Plain threads, which have no P, spin
 //! under the CPU condition alone, like an adaptive futex mutex.
 
+use crate::waitreason::WaitReason;
 use crate::sema::{semacquire, semrelease};
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
@@ -216,7 +217,7 @@ impl RawMutex {
                     if wait_start == 0 {
                         wait_start = crate::os::nanotime();
                     }
-                    semacquire(&self.sema, queue_lifo);
+                    semacquire(&self.sema, queue_lifo, WaitReason::SyncMutexLock);
                     starving =
                         starving || crate::os::nanotime() - wait_start > STARVATION_THRESHOLD_NS;
                     old = self.state.load(Ordering::Relaxed);

@@ -19,6 +19,7 @@
 //! Release on giving up, AcqRel where one RMW does both).
 
 use super::mutex::RawMutex;
+use crate::waitreason::WaitReason;
 use crate::sema::{semacquire, semrelease};
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
@@ -90,7 +91,7 @@ impl<T: ?Sized> RwLock<T> {
         // Acquire: pairs with the Release of the last writer's unlock.
         if self.reader_count.fetch_add(1, Ordering::Acquire) + 1 < 0 {
             // A writer is pending: wait for it. Its unlock releases us.
-            semacquire(&self.reader_sem, false);
+            semacquire(&self.reader_sem, false, WaitReason::SyncRWMutexRLock);
         }
         RwLockReadGuard {
             lock: self,
@@ -160,7 +161,7 @@ impl<T: ?Sized> RwLock<T> {
         let r = self.reader_count.fetch_sub(MAX_READERS, Ordering::AcqRel);
         // Wait for active readers.
         if r != 0 && self.reader_wait.fetch_add(r, Ordering::AcqRel) + r != 0 {
-            semacquire(&self.writer_sem, false);
+            semacquire(&self.writer_sem, false, WaitReason::SyncRWMutexLock);
         }
         RwLockWriteGuard {
             lock: self,

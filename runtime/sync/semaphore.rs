@@ -1,6 +1,7 @@
 //! `Semaphore`: a counting semaphore directly on the runtime's semaphore
 //! table (sema.rs; Go's runtime_Semacquire / runtime_Semrelease).
 
+use crate::waitreason::WaitReason;
 use crate::sema::{cansemacquire, semacquire, semrelease};
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -42,7 +43,7 @@ impl Semaphore {
     /// Takes a permit, parking the goroutine (blocking the thread) until
     /// one is available.
     pub fn acquire(&self) {
-        semacquire(&self.count, false);
+        semacquire(&self.count, false, WaitReason::Semacquire);
     }
 
     /// Takes a permit if one is available now. Never blocks.

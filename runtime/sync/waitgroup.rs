@@ -6,6 +6,7 @@
 //! zero while waiters exist resets the word and releases the semaphore once
 //! per waiter.
 
+use crate::waitreason::WaitReason;
 use crate::sema::{semacquire, semrelease};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -138,7 +139,7 @@ impl WaitGroup {
                 .compare_exchange(state, state + 1, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
             {
-                semacquire(&self.inner.sema, false);
+                semacquire(&self.inner.sema, false, WaitReason::SyncWaitGroupWait);
                 // Relaxed: the wake-up ordered the reset before this load.
                 if st.load(Ordering::Relaxed) != 0 {
                     panic!("goro::sync::WaitGroup is reused before the previous wait has returned");

@@ -1,0 +1,929 @@
+//! Observability and async interop (issue 12): wait reasons, goro::dump,
+//! SIGQUIT dumps, deadlock detection (Go's checkdead) and goro::block_on.
+//!
+//! `harness = false`: the deadlock scenarios run in child processes that
+//! must contain no thread besides the runtime's and the one in `goro::run`
+//! (libtest's harness thread would be a possible waker and, soundly,
+//! suppress every report). `main` below is a minimal test runner:
+//! `cargo test --test observe [FILTER]`.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+const CHILD_ENV: &str = "GORO_OBSERVE_CHILD";
+
+type Test = (&'static str, fn());
+
+const TESTS: &[Test] = &[
+    ("block_on_thread_waker", block_on_thread_waker),
+    ("block_on_wake_twice", block_on_wake_twice),
+    (
+        "block_on_wake_after_completion",
+        block_on_wake_after_completion,
+    ),
+    ("block_on_wake_inside_poll", block_on_wake_inside_poll),
+    (
+        "block_on_waker_clones_on_threads",
+        block_on_waker_clones_on_threads,
+    ),
+    ("block_on_plain_thread", block_on_plain_thread),
+    ("block_on_futures_channels", block_on_futures_channels),
+    ("block_on_async_channel", block_on_async_channel),
+    ("dump_lists_wait_reasons", dump_lists_wait_reasons),
+    ("sigquit_dump", sigquit_dump),
+    ("trace_file", trace_file),
+    ("trace_env", trace_env),
+    ("deadlock_report", deadlock_report),
+    ("deadlock_off", deadlock_off),
+    ("no_deadlock_timer_pending", no_deadlock_timer_pending),
+    (
+        "no_deadlock_plain_thread_sender",
+        no_deadlock_plain_thread_sender,
+    ),
+    ("no_deadlock_blocking_syscall", no_deadlock_blocking_syscall),
+    (
+        "no_deadlock_run_from_plain_thread",
+        no_deadlock_run_from_plain_thread,
+    ),
+];
+
+fn main() {
+    if let Ok(name) = std::env::var(CHILD_ENV) {
+        child(&name);
+        return;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for (n, _) in TESTS {
+            println!("{n}: test");
+        }
+        return;
+    }
+    let exact = args.iter().any(|a| a == "--exact");
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for (name, f) in TESTS {
+        let selected = filters.is_empty()
+            || filters.iter().any(|p| {
+                if exact {
+                    *name == p.as_str()
+                } else {
+                    name.contains(p.as_str())
+                }
+            });
+        if !selected {
+            continue;
+        }
+        ran += 1;
+        let r = std::panic::catch_unwind(f);
+        println!(
+            "test {name} ... {}",
+            if r.is_ok() { "ok" } else { "FAILED" }
+        );
+        if r.is_err() {
+            failed.push(*name);
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        ran - failed.len(),
+        failed.len()
+    );
+    if !failed.is_empty() {
+        println!("failures: {failed:?}");
+        std::process::exit(101);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Child processes.
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Re-executes this binary as child `name` (under qemu when the tests run
+/// there) and waits for it. `kill_after`: for a child expected to hang,
+/// kill it after this long (a hang detector, not a speed assertion).
+fn spawn_child(name: &str, envs: &[(&str, &str)], kill_after: Option<Duration>) -> Out {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if common::qemu() && std::env::consts::ARCH == "aarch64" {
+        let mut c = Command::new("qemu-aarch64");
+        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+        // qemu-user's own RCU thread never touches goro (deadlock.rs).
+        c.env("GORO_DEADLOCK_EXTRA_THREADS", "1");
+        c
+    } else {
+        Command::new(&exe)
+    };
+    cmd.env(CHILD_ENV, name)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut ch = cmd.spawn().expect("spawn child");
+    let limit = kill_after.unwrap_or(Duration::from_secs(if common::qemu() { 120 } else { 60 }));
+    let start = std::time::Instant::now();
+    let mut killed = false;
+    while ch.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = ch.kill();
+            killed = true;
+            break;
+        }
+        // Polling a child process from the plain test thread.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = ch.wait_with_output().unwrap();
+    let out = Out {
+        code: o.status.code(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    };
+    if killed && kill_after.is_none() {
+        panic!("child {name} hung\n{}\n{}", out.stdout, out.stderr);
+    }
+    out
+}
+
+fn child(name: &str) {
+    match name {
+        "deadlock" => child_deadlock(),
+        "sigquit" => child_sigquit(),
+        "timer" => child_timer(),
+        "plain_sender" => child_plain_sender(),
+        "blocking" => child_blocking(),
+        "run_from_plain" => child_run_from_plain(),
+        "trace_env" => child_trace_env(),
+        _ => panic!("unknown child {name}"),
+    }
+}
+
+/// Two goroutines receive on channels nobody sends to; main joins them.
+fn child_deadlock() {
+    goro::run(|| {
+        let (tx1, rx1) = goro::chan::<u32>(0);
+        let (tx2, rx2) = goro::chan::<u32>(0);
+        let a = goro::Builder::new()
+            .name("waiter-a")
+            .spawn(move || rx1.recv())
+            .unwrap();
+        let _b = goro::spawn(move || rx2.recv());
+        let _keep = (tx1, tx2);
+        let _ = a.join();
+    });
+    println!("not reached");
+}
+
+#[track_caller]
+fn rejections_since(before: [u64; 4], i: usize) -> u64 {
+    goro::__private::deadlock_rejections()[i] - before[i]
+}
+
+/// Goroutines parked on channels while one waits for a timer channel
+/// (`select` on `time::after`): the pending timer is a possible waker.
+fn child_timer() {
+    // Two Ps: with one, the only M waits in netpoll for the timer and no
+    // check runs at all (nothing to assert about). With two, the second M
+    // goes idle while the first is busy or in netpoll.
+    goro::start(goro::Config::from_env().max_procs(2)).unwrap();
+    let before = goro::__private::deadlock_rejections();
+    goro::run(|| {
+        let (tx, rx) = goro::chan::<u32>(0);
+        let h = goro::spawn(move || rx.recv().unwrap());
+        let t = goro::time::after(Duration::from_millis(200));
+        goro::select! {
+            recv(t) -> _ => {},
+        }
+        tx.send(7).unwrap();
+        assert_eq!(h.join().unwrap(), 7);
+    });
+    // At least one check ran while only the timer could wake anyone: it
+    // stopped at the M blocked in netpoll until the timer (0) or at the
+    // timer itself (1).
+    assert!(
+        rejections_since(before, 0) + rejections_since(before, 1) >= 1,
+        "{:?}",
+        goro::__private::deadlock_rejections()
+    );
+    println!("child ok");
+}
+
+/// A plain thread (started inside a goroutine) holds the Sender and sends
+/// after 200 ms of std sleep.
+fn child_plain_sender() {
+    let before = goro::__private::deadlock_rejections();
+    goro::run(|| {
+        let (tx, rx) = goro::chan::<u32>(0);
+        let (tx2, rx2) = goro::chan::<u32>(0);
+        let h = goro::spawn(move || rx2.recv().unwrap());
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            tx.send(5).unwrap();
+        });
+        let v = rx.recv().unwrap();
+        tx2.send(v + 1).unwrap();
+        assert_eq!(h.join().unwrap(), 6);
+        goro::blocking(|| t.join().unwrap());
+    });
+    assert!(
+        rejections_since(before, 3) >= 1,
+        "{:?}",
+        goro::__private::deadlock_rejections()
+    );
+    println!("child ok");
+}
+
+/// One goroutine sleeps in `goro::blocking` (status Syscall) then sends;
+/// the others are parked on channels.
+fn child_blocking() {
+    let before = goro::__private::deadlock_rejections();
+    goro::run(|| {
+        let (tx, rx) = goro::chan::<u32>(0);
+        let s = goro::spawn(move || {
+            goro::blocking(|| std::thread::sleep(Duration::from_millis(200)));
+            tx.send(9).unwrap();
+        });
+        assert_eq!(rx.recv().unwrap(), 9);
+        s.join().unwrap();
+    });
+    assert!(
+        rejections_since(before, 0) + rejections_since(before, 2) >= 1,
+        "{:?}",
+        goro::__private::deadlock_rejections()
+    );
+    println!("child ok");
+}
+
+/// The plain main thread waits in goro::run; a plain thread started before
+/// the runtime holds the Sender, a second plain thread is blocked in a goro
+/// receive (a waiter); the sender sends after 200 ms.
+fn child_run_from_plain() {
+    let (tx, rx) = goro::chan::<u32>(0);
+    let (tx3, rx3) = goro::chan::<u32>(0);
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        tx.send(1).unwrap();
+    });
+    let waiter = std::thread::spawn(move || rx3.recv().unwrap());
+    let before = goro::__private::deadlock_rejections();
+    let v = goro::run(move || {
+        let (tx2, rx2) = goro::chan::<u32>(0);
+        let h = goro::spawn(move || rx2.recv().unwrap());
+        let v = rx.recv().unwrap();
+        tx2.send(v).unwrap();
+        h.join().unwrap()
+    });
+    assert_eq!(v, 1);
+    tx3.send(2).unwrap();
+    assert_eq!(waiter.join().unwrap(), 2);
+    sender.join().unwrap();
+    assert!(
+        rejections_since(before, 3) >= 1,
+        "{:?}",
+        goro::__private::deadlock_rejections()
+    );
+    println!("child ok");
+}
+
+/// Parks goroutines with several wait reasons, then raises SIGQUIT.
+fn child_sigquit() {
+    goro::run(|| {
+        let (_tx, rx) = goro::chan::<u32>(0);
+        let m = Arc::new(goro::sync::Mutex::new(0));
+        let g = m.lock();
+        let m2 = m.clone();
+        let _a = goro::Builder::new()
+            .name("quit-recv")
+            .spawn(move || rx.recv())
+            .unwrap();
+        let _b = goro::spawn(move || *m2.lock());
+        // Wait until both are parked (observed through the dump itself).
+        loop {
+            let mut v = Vec::new();
+            goro::dump(&mut v).unwrap();
+            let s = String::from_utf8(v).unwrap();
+            if s.contains("[chan receive]") && s.contains("[sync.Mutex.Lock]") {
+                break;
+            }
+            goro::yield_now();
+        }
+        // SAFETY: raising a signal at ourselves.
+        unsafe { libc::raise(libc::SIGQUIT) };
+        // The dump thread exits the process; park until it does.
+        let _keep = g;
+        goro::time::sleep(Duration::MAX);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Deadlock tests.
+
+fn deadlock_report() {
+    let o = spawn_child("deadlock", &[], None);
+    assert_eq!(
+        o.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .starts_with("fatal error: all goroutines are asleep - deadlock!\n\ngoroutine "),
+        "{}",
+        o.stderr
+    );
+    // main joins (printed as Go's chan receive), the two receivers.
+    let headers: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("goroutine "))
+        .collect();
+    assert_eq!(headers.len(), 3, "{}", o.stderr);
+    for h in &headers {
+        assert!(h.ends_with(" [chan receive]:"), "{h}\n{}", o.stderr);
+    }
+    assert!(o.stderr.contains("\tname: \"waiter-a\""), "{}", o.stderr);
+    assert!(!o.stdout.contains("not reached"));
+    eprintln!("--- sample deadlock report:\n{}", o.stderr);
+}
+
+/// With detection off the same program hangs (it is killed after 3 s, a
+/// hang detector: a report would have come within one M going idle).
+fn deadlock_off() {
+    let o = spawn_child(
+        "deadlock",
+        &[("GODEBUG", "gorodeadlock=0")],
+        Some(Duration::from_secs(if common::qemu() { 10 } else { 3 })),
+    );
+    assert_ne!(o.code, Some(2), "{}", o.stderr);
+    assert!(!o.stderr.contains("deadlock"), "{}", o.stderr);
+}
+
+fn expect_ok(name: &str) {
+    let o = spawn_child(name, &[], None);
+    assert_eq!(
+        o.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(o.stdout.contains("child ok"), "{}", o.stdout);
+    assert!(!o.stderr.contains("deadlock"), "{}", o.stderr);
+}
+
+fn no_deadlock_timer_pending() {
+    expect_ok("timer");
+}
+
+fn no_deadlock_plain_thread_sender() {
+    expect_ok("plain_sender");
+}
+
+fn no_deadlock_blocking_syscall() {
+    expect_ok("blocking");
+}
+
+fn no_deadlock_run_from_plain_thread() {
+    expect_ok("run_from_plain");
+}
+
+// ---------------------------------------------------------------------------
+// Dump.
+
+fn dump_lists_wait_reasons() {
+    common::run(|| {
+        let (tx, rx) = goro::chan::<u32>(0);
+        let (stx, srx) = goro::chan::<u32>(0);
+        let wg = goro::sync::WaitGroup::new();
+        wg.add(1);
+        let m = Arc::new(goro::sync::Mutex::new(()));
+        let guard = m.lock();
+        let rw = Arc::new(goro::sync::RwLock::new(()));
+        let wguard = rw.write();
+        let mut hs: Vec<goro::JoinHandle<()>> = Vec::new();
+        let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let rec = |h: &goro::JoinHandle<()>| ids.lock().unwrap().push(h.id());
+        let h = goro::Builder::new()
+            .name("dump-recv")
+            .spawn(move || {
+                let _ = rx.recv();
+            })
+            .unwrap();
+        rec(&h);
+        hs.push(h);
+        let h = goro::spawn(move || {
+            let _ = stx.send(1);
+        });
+        rec(&h);
+        hs.push(h);
+        let wg2 = wg.clone();
+        let h = goro::spawn(move || wg2.wait());
+        rec(&h);
+        hs.push(h);
+        let m2 = m.clone();
+        let h = goro::spawn(move || drop(m2.lock()));
+        rec(&h);
+        hs.push(h);
+        let rw2 = rw.clone();
+        let h = goro::spawn(move || drop(rw2.read()));
+        rec(&h);
+        hs.push(h);
+        // A writer waiting for a reader to leave.
+        let rw_r = Arc::new(goro::sync::RwLock::new(()));
+        let rguard = rw_r.read();
+        let rw_r2 = rw_r.clone();
+        let h = goro::spawn(move || drop(rw_r2.write()));
+        rec(&h);
+        hs.push(h);
+        let pair = Arc::new((goro::sync::Mutex::new(false), goro::sync::Cond::new()));
+        let pair2 = pair.clone();
+        let h = goro::spawn(move || {
+            let mut g = pair2.0.lock();
+            while !*g {
+                g = pair2.1.wait(g);
+            }
+        });
+        rec(&h);
+        hs.push(h);
+        let sem = Arc::new(goro::sync::Semaphore::new(0));
+        let sem2 = sem.clone();
+        let h = goro::spawn(move || sem2.acquire());
+        rec(&h);
+        hs.push(h);
+        let (sel_tx, sel_rx) = goro::chan::<u32>(0);
+        let (sel_tx2, sel_rx2) = goro::chan::<u32>(0);
+        let h = goro::spawn(move || {
+            goro::select! {
+                recv(sel_rx) -> _ => {},
+                recv(sel_rx2) -> _ => {},
+            }
+        });
+        rec(&h);
+        hs.push(h);
+        let h = goro::spawn(|| goro::time::sleep(Duration::from_secs(3600)));
+        rec(&h);
+        hs.push(h);
+        let want = [
+            "[chan receive]",
+            "[chan send]",
+            "[sync.WaitGroup.Wait]",
+            "[sync.Mutex.Lock]",
+            "[sync.RWMutex.RLock]",
+            "[sync.RWMutex.Lock]",
+            "[sync.Cond.Wait]",
+            "[semacquire]",
+            "[select]",
+            "[sleep]",
+        ];
+        assert_eq!(want.len(), hs.len());
+        let ids = ids.lock().unwrap().clone();
+        let text = loop {
+            let mut v = Vec::new();
+            goro::dump(&mut v).unwrap();
+            let s = String::from_utf8(v).unwrap();
+            let all = ids.iter().zip(want.iter()).all(|(id, r)| {
+                s.lines()
+                    .any(|l| l.starts_with(&format!("goroutine {id} {r}")))
+            });
+            if all {
+                break s;
+            }
+            goro::yield_now();
+        };
+        let me = goro::current_id().unwrap();
+        assert!(
+            text.contains(&format!("goroutine {me} [running]:")),
+            "{text}"
+        );
+        assert!(text.contains("\tname: \"dump-recv\""), "{text}");
+        eprintln!("--- sample dump:\n{text}");
+        drop(tx);
+        drop(srx);
+        wg.done();
+        drop(guard);
+        drop(wguard);
+        drop(rguard);
+        *pair.0.lock() = true;
+        pair.1.notify_all();
+        sem.release();
+        drop(sel_tx);
+        drop(sel_tx2);
+        let sleeper = hs.pop().unwrap();
+        for h in hs {
+            h.join().unwrap();
+        }
+        drop(sleeper);
+        // The sleeper is left parked (detached).
+    });
+}
+
+fn sigquit_dump() {
+    let o = spawn_child("sigquit", &[("GOTRACEBACK", "all")], None);
+    assert_eq!(
+        o.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr.starts_with("SIGQUIT: quit\n\ngoroutine "),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains(" [chan receive]:\n\tname: \"quit-recv\""),
+        "{}",
+        o.stderr
+    );
+    assert!(o.stderr.contains(" [sync.Mutex.Lock]:"), "{}", o.stderr);
+    eprintln!("--- sample SIGQUIT dump:\n{}", o.stderr);
+}
+
+// ---------------------------------------------------------------------------
+// block_on.
+
+/// Pending until `ready` is set; records its waker for others to call.
+struct Gate {
+    ready: Arc<std::sync::atomic::AtomicBool>,
+    waker: Arc<std::sync::Mutex<Option<Waker>>>,
+    polls: Arc<AtomicUsize>,
+}
+
+impl Future for Gate {
+    type Output = usize;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+        // `polls` counts the Pending results, published only once this poll
+        // is over with its waker stored: a thread that saw `polls >= k`
+        // and then sets `ready` is sure poll k did not see it.
+        *self.waker.lock().unwrap() = Some(cx.waker().clone());
+        if self.ready.load(Ordering::SeqCst) {
+            Poll::Ready(self.polls.load(Ordering::SeqCst) + 1)
+        } else {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            Poll::Pending
+        }
+    }
+}
+
+/// A Gate and the handles a test keeps: its `ready` flag, its last
+/// waker, its poll count.
+type GateParts = (
+    Gate,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<std::sync::Mutex<Option<Waker>>>,
+    Arc<AtomicUsize>,
+);
+
+fn gate() -> GateParts {
+    let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waker = Arc::new(std::sync::Mutex::new(None));
+    let polls = Arc::new(AtomicUsize::new(0));
+    (
+        Gate {
+            ready: ready.clone(),
+            waker: waker.clone(),
+            polls: polls.clone(),
+        },
+        ready,
+        waker,
+        polls,
+    )
+}
+
+/// Waits (yielding) until the future has returned Pending `n` times.
+fn wait_polls(polls: &AtomicUsize, n: usize) {
+    while polls.load(Ordering::SeqCst) < n {
+        std::thread::yield_now();
+    }
+}
+
+fn block_on_thread_waker() {
+    for _ in 0..common::scale(200) {
+        common::run(|| {
+            let (g, ready, waker, polls) = gate();
+            let t = std::thread::spawn(move || {
+                wait_polls(&polls, 1);
+                ready.store(true, Ordering::SeqCst);
+                waker.lock().unwrap().take().unwrap().wake();
+            });
+            let n = goro::block_on(g);
+            // Ready on the poll after the single wake.
+            assert_eq!(n, 2);
+            goro::blocking(|| t.join().unwrap());
+        });
+    }
+}
+
+fn block_on_wake_twice() {
+    common::run(|| {
+        let (g, ready, waker, polls) = gate();
+        let t = std::thread::spawn(move || {
+            wait_polls(&polls, 1);
+            let w = waker.lock().unwrap().clone().unwrap();
+            w.wake_by_ref();
+            w.wake_by_ref();
+            wait_polls(&polls, 2);
+            ready.store(true, Ordering::SeqCst);
+            w.wake_by_ref();
+            w.wake();
+        });
+        // Pending twice at least (the second wait), then Ready; a double
+        // goready would throw (bad G status transition).
+        let n = goro::block_on(g);
+        assert!(n >= 3, "{n}");
+        goro::blocking(|| t.join().unwrap());
+    });
+}
+
+fn block_on_wake_after_completion() {
+    common::run(|| {
+        let (g, ready, waker, _polls) = gate();
+        ready.store(true, Ordering::SeqCst);
+        assert_eq!(goro::block_on(g), 1);
+        let w = waker.lock().unwrap().take().unwrap();
+        // Late wakes on this and another thread, while the goroutine goes
+        // on parking for other reasons: must be no-ops.
+        let w2 = w.clone();
+        let t = std::thread::spawn(move || {
+            for _ in 0..100 {
+                w2.wake_by_ref();
+            }
+        });
+        w.wake_by_ref();
+        let (tx, rx) = goro::chan::<u32>(0);
+        let h = goro::spawn(move || {
+            for i in 0..100 {
+                tx.send(i).unwrap();
+            }
+        });
+        let sum: u32 = rx.iter().sum();
+        assert_eq!(sum, 4950);
+        h.join().unwrap();
+        goro::blocking(|| t.join().unwrap());
+        w.wake();
+    });
+}
+
+/// Wakes itself inside poll before returning Pending, twice, then Ready.
+struct SelfWake(usize);
+
+impl Future for SelfWake {
+    type Output = usize;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<usize> {
+        self.0 += 1;
+        if self.0 < 3 {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        } else {
+            Poll::Ready(self.0)
+        }
+    }
+}
+
+fn block_on_wake_inside_poll() {
+    assert_eq!(common::run(|| goro::block_on(SelfWake(0))), 3);
+    // And on a plain thread.
+    assert_eq!(goro::block_on(SelfWake(0)), 3);
+}
+
+fn block_on_waker_clones_on_threads() {
+    common::run(|| {
+        let (g, ready, waker, polls) = gate();
+        let w = waker.clone();
+        let ts: Vec<_> = (0..4)
+            .map(|i| {
+                let w = w.clone();
+                let polls = polls.clone();
+                let ready = ready.clone();
+                std::thread::spawn(move || {
+                    wait_polls(&polls, 1);
+                    let wk = w.lock().unwrap().clone().unwrap();
+                    let c = wk.clone();
+                    drop(wk);
+                    if i == 3 {
+                        ready.store(true, Ordering::SeqCst);
+                    }
+                    c.wake();
+                })
+            })
+            .collect();
+        let n = goro::block_on(g);
+        assert!(n >= 2);
+        goro::blocking(|| ts.into_iter().for_each(|t| t.join().unwrap()));
+    });
+}
+
+fn block_on_plain_thread() {
+    let (g, ready, waker, polls) = gate();
+    let t = std::thread::spawn(move || {
+        wait_polls(&polls, 1);
+        ready.store(true, Ordering::SeqCst);
+        waker.lock().unwrap().take().unwrap().wake();
+    });
+    assert_eq!(goro::block_on(g), 2);
+    t.join().unwrap();
+}
+
+fn block_on_futures_channels() {
+    use futures::channel::{mpsc, oneshot};
+    use futures::{SinkExt, StreamExt};
+    common::run(|| {
+        let (mut tx, mut rx) = mpsc::channel::<u32>(1);
+        let (otx, orx) = oneshot::channel::<u32>();
+        // Producer goroutine: sends through the bounded futures channel
+        // (its Pending parks this goroutine too).
+        let p = goro::spawn(move || {
+            goro::block_on(async move {
+                for i in 0..1000 {
+                    tx.send(i).await.unwrap();
+                }
+            })
+        });
+        // A plain thread completes the oneshot.
+        let t = std::thread::spawn(move || otx.send(42).unwrap());
+        let sum = goro::block_on(async move {
+            let mut s = 0u32;
+            while let Some(v) = rx.next().await {
+                s += v;
+            }
+            s + orx.await.unwrap()
+        });
+        assert_eq!(sum, 499_500 + 42);
+        p.join().unwrap();
+        goro::blocking(|| t.join().unwrap());
+    });
+}
+
+fn block_on_async_channel() {
+    common::run(|| {
+        let (tx, rx) = async_channel::bounded::<u64>(4);
+        let consumers: Vec<_> = (0..4)
+            .map(|_| {
+                let rx = rx.clone();
+                goro::spawn(move || {
+                    goro::block_on(async move {
+                        let mut s = 0u64;
+                        while let Ok(v) = rx.recv().await {
+                            s += v;
+                        }
+                        s
+                    })
+                })
+            })
+            .collect();
+        drop(rx);
+        let t = std::thread::spawn({
+            let tx = tx.clone();
+            move || {
+                for i in 0..500 {
+                    tx.send_blocking(i).unwrap();
+                }
+            }
+        });
+        goro::block_on(async move {
+            for i in 500..1000 {
+                tx.send(i).await.unwrap();
+            }
+        });
+        goro::blocking(|| t.join().unwrap());
+        let total: u64 = consumers.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(total, 499_500);
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Execution trace.
+
+/// Ping-pong between two goroutines, returning (pinger id, ponger id).
+fn ping_pong(n: u32) -> (u64, u64) {
+    let (tx, rx) = goro::chan::<u32>(0);
+    let (btx, brx) = goro::chan::<u32>(0);
+    let ponger = goro::spawn(move || {
+        for v in rx.iter() {
+            btx.send(v + 1).unwrap();
+        }
+    });
+    let me = goro::current_id().unwrap();
+    for i in 0..n {
+        tx.send(i).unwrap();
+        assert_eq!(brx.recv().unwrap(), i + 1);
+    }
+    drop(tx);
+    let pid = ponger.id();
+    ponger.join().unwrap();
+    (me, pid)
+}
+
+fn trace_path(tag: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("goro-trace-{}-{tag}.json", std::process::id()))
+}
+
+/// Parses a trace and checks its shape; returns the events.
+fn check_trace(path: &std::path::Path, ids: &[u64]) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap().clone();
+    let named: Vec<i64> = evs
+        .iter()
+        .filter(|e| e["ph"] == "M")
+        .map(|e| e["tid"].as_i64().unwrap())
+        .collect();
+    for &id in ids {
+        let g = format!("G{id}");
+        assert!(
+            evs.iter()
+                .any(|e| e["ph"] == "X" && e["name"] == g.as_str()),
+            "no slice for {g}"
+        );
+        assert!(
+            evs.iter()
+                .any(|e| e["name"] == "park" && e["args"]["goid"] == id),
+            "no park for {g}"
+        );
+        assert!(
+            evs.iter()
+                .any(|e| e["name"] == "unpark" && e["args"]["goid"] == id),
+            "no unpark for {g}"
+        );
+    }
+    assert!(evs
+        .iter()
+        .any(|e| e["name"] == "park" && e["args"]["reason"] == "chan receive"));
+    // Every event's track is named, and slices on one P never overlap.
+    let mut by_p: std::collections::BTreeMap<i64, Vec<(f64, f64)>> = Default::default();
+    for e in &evs {
+        let tid = e["tid"].as_i64().unwrap();
+        assert!(named.contains(&tid), "unnamed track {tid}");
+        if e["ph"] == "X" {
+            assert!(tid >= 0);
+            by_p.entry(tid)
+                .or_default()
+                .push((e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()));
+        }
+    }
+    for (p, mut v) in by_p {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        for w in v.windows(2) {
+            // 1 ns of slack for the µs rounding of two f64s.
+            assert!(w[1].0 + 0.001 >= w[0].0 + w[0].1, "overlap on P{p}: {w:?}");
+        }
+    }
+    evs
+}
+
+fn trace_file() {
+    let path = trace_path("api");
+    common::run(move || {
+        assert_eq!(
+            goro::trace::stop().unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+        goro::trace::start(&path).unwrap();
+        assert_eq!(
+            goro::trace::start(&path).unwrap_err().kind(),
+            std::io::ErrorKind::AlreadyExists
+        );
+        let (a, b) = ping_pong(100);
+        goro::trace::stop().unwrap();
+        let evs = check_trace(&path, &[a, b]);
+        assert!(evs
+            .iter()
+            .any(|e| e["name"] == "spawn" && e["args"]["goid"] == b));
+        let _ = std::fs::remove_file(&path);
+    });
+}
+
+fn child_trace_env() {
+    let ids = goro::run(|| ping_pong(50));
+    println!("ids {} {}", ids.0, ids.1);
+}
+
+/// GORO_TRACE=path: traced from runtime start, written at exit.
+fn trace_env() {
+    let path = trace_path("env");
+    let o = spawn_child("trace_env", &[("GORO_TRACE", path.to_str().unwrap())], None);
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let line = o.stdout.lines().find(|l| l.starts_with("ids ")).unwrap();
+    let ids: Vec<u64> = line[4..].split(' ').map(|x| x.parse().unwrap()).collect();
+    let evs = check_trace(&path, &ids);
+    assert!(evs
+        .iter()
+        .any(|e| e["name"] == "spawn" && e["args"]["goid"] == ids[1]));
+    let _ = std::fs::remove_file(&path);
+}
