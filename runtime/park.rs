@@ -272,6 +272,12 @@ pub(crate) fn preempt_check() {
         // SAFETY: as above.
         unsafe { (*gp).preempt.store(false, Ordering::Relaxed) };
         crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
+        if crate::trace::on() {
+            let ml = crate::m::MLock::new();
+            // SAFETY: as above.
+            crate::trace::preempt(unsafe { (*gp).goid.get() }, false);
+            drop(ml);
+        }
         gosched();
     }
 }

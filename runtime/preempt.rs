@@ -384,6 +384,9 @@ extern "C" fn async_preempt(frame: usize) -> usize {
         crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
         PREEMPTIONS_ASYNC.fetch_add(1, Ordering::Relaxed);
         g.preempt.store(false, Ordering::Relaxed);
+        if crate::trace::on() {
+            crate::trace::preempt(g.goid.get(), true);
+        }
         if g.pinned.get() {
             // The handler reserved a pinned M: wire the G to this M.
             pin(m, gp);

@@ -1202,6 +1202,9 @@ fn steal_work(m: &M, pp: &P, mut now: i64) -> (*mut G, bool, i64, i64, bool) {
             if p2.status() != PStatus::Idle {
                 let running = p2.status() == PStatus::Running;
                 if let Some(gp) = pp.runq.steal_from(&p2.runq, last, running) {
+                    if crate::trace::on() {
+                        crate::trace::steal(idx);
+                    }
                     return (gp, false, now, poll_until, false);
                 }
             }

@@ -292,6 +292,9 @@ fn retake(now: i64, ticks: &mut [PTick]) -> u32 {
                 n += 1;
                 p.syscalltick.fetch_add(1, Ordering::Relaxed);
                 HANDOFFS.fetch_add(1, Ordering::Relaxed); // statistics only
+                if crate::trace::on() {
+                    crate::trace::syscall_handoff(i);
+                }
                 sched::handoffp(p as *const _ as *mut _);
             }
         }

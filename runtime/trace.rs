@@ -5,7 +5,9 @@
 //! `P1`, ...; each stretch of a goroutine running on a P is a complete
 //! event (`"ph":"X"`, name `G7`); instant events (`"ph":"i"`) on the same
 //! tracks for `spawn` (args: new goroutine id), `park` (args: goroutine id,
-//! Go's wait reason) and `unpark` (args: goroutine id readied). Events from
+//! Go's wait reason), `unpark` (args: goroutine id readied), `preempt`
+//! (args: goroutine id, `coop` or `async`), `steal` (args: victim P) and,
+//! on the retaken P's track, `syscall handoff`. Events from
 //! threads without a P (a plain thread readying or spawning a goroutine) go
 //! to a track `tid = -1` named `no P`. Timestamps are µs since `start`.
 //!
@@ -40,6 +42,14 @@ enum Kind {
     Spawn,
     Park,
     Unpark,
+    /// `goid` preempted cooperatively (at a runtime entry).
+    PreemptCoop,
+    /// `goid` preempted asynchronously (SIGURG).
+    PreemptAsync,
+    /// sysmon retook P `goid` (the P id) from a syscall and handed it off.
+    SyscallHandoff,
+    /// A G took work from P `goid` (the victim's id).
+    Steal,
 }
 
 #[derive(Clone, Copy)]
@@ -152,6 +162,30 @@ pub(crate) fn unpark(goid: u64) {
     instant(Kind::Unpark, goid, WaitReason::Zero);
 }
 
+/// Goroutine `goid` was preempted, cooperatively or by SIGURG (`async_`).
+/// On the G, inside a critical section.
+#[cold]
+pub(crate) fn preempt(goid: u64, async_: bool) {
+    let k = if async_ {
+        Kind::PreemptAsync
+    } else {
+        Kind::PreemptCoop
+    };
+    instant(k, goid, WaitReason::Zero);
+}
+
+/// sysmon handed P `p` off from a syscall (guarded or detected).
+#[cold]
+pub(crate) fn syscall_handoff(p: usize) {
+    instant(Kind::SyscallHandoff, p as u64, WaitReason::Zero);
+}
+
+/// This M stole work from P `victim` (g0).
+#[cold]
+pub(crate) fn steal(victim: usize) {
+    instant(Kind::Steal, victim as u64, WaitReason::Zero);
+}
+
 /// Starts recording an execution trace to `path` (created or truncated
 /// now; written by [`stop`]). Go's `trace.Start`.
 ///
@@ -211,46 +245,80 @@ pub fn stop() -> io::Result<()> {
     }
     events.sort_by_key(|e| e.ts);
     let us = |ns: i64| (ns - t0).max(0) as f64 / 1000.0;
-    let mut json = Vec::with_capacity(events.len() + 8);
     let mut ps: Vec<i64> = events.iter().map(|e| e.p).collect();
     ps.sort_unstable();
     ps.dedup();
+    // Streamed event by event (a million-event trace as a serde_json
+    // Value tree takes minutes); every string written is a fixed ASCII
+    // literal or a number, so no escaping is needed, and serde_json still
+    // writes the names.
+    let mut f = io::BufWriter::new(std::fs::File::create(&path)?);
+    f.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
+    let mut first = true;
+    let mut sep = |f: &mut io::BufWriter<std::fs::File>| -> io::Result<()> {
+        if !std::mem::take(&mut first) {
+            f.write_all(b",\n")?;
+        }
+        Ok(())
+    };
     for p in ps {
         let name = if p < 0 {
             "no P".to_string()
         } else {
             format!("P{p}")
         };
-        json.push(serde_json::json!({
-            "name": "thread_name", "ph": "M", "pid": 1, "tid": p,
-            "args": { "name": name }
-        }));
+        sep(&mut f)?;
+        write!(
+            f,
+            r#"{{"name":"thread_name","ph":"M","pid":1,"tid":{p},"args":{{"name":{}}}}}"#,
+            serde_json::to_string(&name)?
+        )?;
     }
     for e in &events {
-        let v = match e.kind {
-            Kind::Slice => serde_json::json!({
-                "name": format!("G{}", e.goid), "ph": "X", "pid": 1, "tid": e.p,
-                "ts": us(e.ts), "dur": e.dur as f64 / 1000.0,
-                "args": { "goid": e.goid }
-            }),
-            Kind::Spawn => serde_json::json!({
-                "name": "spawn", "ph": "i", "s": "t", "pid": 1, "tid": e.p,
-                "ts": us(e.ts), "args": { "goid": e.goid }
-            }),
-            Kind::Park => serde_json::json!({
-                "name": "park", "ph": "i", "s": "t", "pid": 1, "tid": e.p,
-                "ts": us(e.ts), "args": { "goid": e.goid, "reason": e.reason.as_str() }
-            }),
-            Kind::Unpark => serde_json::json!({
-                "name": "unpark", "ph": "i", "s": "t", "pid": 1, "tid": e.p,
-                "ts": us(e.ts), "args": { "goid": e.goid }
-            }),
-        };
-        json.push(v);
+        sep(&mut f)?;
+        let (tid, ts) = (e.p, us(e.ts));
+        match e.kind {
+            Kind::Slice => write!(
+                f,
+                r#"{{"name":"G{g}","ph":"X","pid":1,"tid":{tid},"ts":{ts:.3},"dur":{d:.3},"args":{{"goid":{g}}}}}"#,
+                g = e.goid,
+                d = e.dur as f64 / 1000.0
+            )?,
+            Kind::Spawn => write!(
+                f,
+                r#"{{"name":"spawn","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"goid":{}}}}}"#,
+                e.goid
+            )?,
+            Kind::Park => write!(
+                f,
+                r#"{{"name":"park","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"goid":{},"reason":{}}}}}"#,
+                e.goid,
+                serde_json::to_string(e.reason.as_str())?
+            )?,
+            Kind::Unpark => write!(
+                f,
+                r#"{{"name":"unpark","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"goid":{}}}}}"#,
+                e.goid
+            )?,
+            Kind::PreemptCoop | Kind::PreemptAsync => write!(
+                f,
+                r#"{{"name":"preempt","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"goid":{},"kind":"{}"}}}}"#,
+                e.goid,
+                if matches!(e.kind, Kind::PreemptAsync) { "async" } else { "coop" }
+            )?,
+            Kind::SyscallHandoff => write!(
+                f,
+                r#"{{"name":"syscall handoff","ph":"i","s":"t","pid":1,"tid":{p},"ts":{ts:.3},"args":{{"p":{p}}}}}"#,
+                p = e.goid
+            )?,
+            Kind::Steal => write!(
+                f,
+                r#"{{"name":"steal","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"victim":{}}}}}"#,
+                e.goid
+            )?,
+        }
     }
-    let doc = serde_json::json!({ "traceEvents": json, "displayTimeUnit": "ns" });
-    let mut f = io::BufWriter::new(std::fs::File::create(&path)?);
-    serde_json::to_writer(&mut f, &doc)?;
+    f.write_all(b"]}\n")?;
     f.flush()
 }
 
