@@ -50,7 +50,7 @@
 //! docs/PREEMPTION.md).
 
 #![deny(unsafe_op_in_unsafe_fn)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 #![warn(missing_debug_implementations)]
 
 mod arch;
