@@ -616,7 +616,7 @@ fn pinned_thread_local_windows() {
                                 window();
                                 // A cooperative switch point now and then,
                                 // where migrating is allowed.
-                                if round % 1000 == 0 {
+                                if round % 50_000 == 0 {
                                     goro::yield_now();
                                 }
                             }
