@@ -266,20 +266,36 @@ pub(crate) fn unlock_os_thread() {
 /// this G to (Go's stack-check preemption). Cheap; called at runtime entries.
 #[inline]
 pub(crate) fn preempt_check() {
-    let gp = parkable_g();
-    // SAFETY: gp is the running G (never freed) or null.
-    if !gp.is_null() && unsafe { (*gp).preempt.load(Ordering::Relaxed) } {
-        // SAFETY: as above.
-        unsafe { (*gp).preempt.store(false, Ordering::Relaxed) };
-        crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
-        if crate::trace::on() {
-            let ml = crate::m::MLock::new();
-            // SAFETY: as above.
-            crate::trace::preempt(unsafe { (*gp).goid.get() }, false);
-            drop(ml);
-        }
-        gosched();
+    // Fast path: one TLS read and two loads (the flag is almost never set).
+    let mp = getm();
+    if mp.is_null() {
+        return;
     }
+    // SAFETY: this thread's M; curg is owned by it.
+    let gp = unsafe { (*mp).curg.get() };
+    // SAFETY: gp is the running G (never freed) or null.
+    if gp.is_null() || !unsafe { (*gp).preempt.load(Ordering::Relaxed) } {
+        return;
+    }
+    preempt_check_slow(gp);
+}
+
+#[cold]
+fn preempt_check_slow(gp: *mut G) {
+    // Only a G that may park yields (not inside a syscall).
+    if parkable_g() != gp {
+        return;
+    }
+    // SAFETY: the running G.
+    unsafe { (*gp).preempt.store(false, Ordering::Relaxed) };
+    crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
+    if crate::trace::on() {
+        let ml = crate::m::MLock::new();
+        // SAFETY: as above.
+        crate::trace::preempt(unsafe { (*gp).goid.get() }, false);
+        drop(ml);
+    }
+    gosched();
 }
 
 /// `Parker::flag` while its thread is blocked in `park` (0: not parked
