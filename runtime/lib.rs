@@ -137,6 +137,12 @@ pub struct Config {
     pub schedtrace_ms: usize,
     /// GODEBUG=scheddetail=1.
     pub scheddetail: bool,
+    /// Test knob, not API: `GODEBUG=gorosysmonrescue=0` turns off sysmon's
+    /// rescue of stranded runnable Gs and overdue timers, so that a lost
+    /// wake-up in the spinning protocol hangs instead of costing ~10 ms
+    /// (tests/proc.rs runs its wake-up tests in child processes with it).
+    #[doc(hidden)]
+    pub sysmon_rescue: bool,
 }
 
 impl Default for Config {
@@ -151,6 +157,7 @@ impl Default for Config {
             time_slice: std::time::Duration::from_millis(10),
             schedtrace_ms: 0,
             scheddetail: false,
+            sysmon_rescue: true,
         }
     }
 }
@@ -187,6 +194,7 @@ impl Config {
                         }
                     }
                     "gorodetect" => c.detect_blocking = val != "0",
+                    "gorosysmonrescue" => c.sysmon_rescue = val != "0",
                     "gorotimeslice" => {
                         if let Ok(us) = val.parse::<u64>() {
                             c.time_slice = std::time::Duration::from_micros(us);
@@ -327,6 +335,11 @@ impl From<std::io::Error> for Error {
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
+/// [`Config::sysmon_rescue`], read by sysmon. Written once before sysmon
+/// starts (thread creation orders it), so Relaxed.
+pub(crate) static SYSMON_RESCUE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
 /// Starts the process-wide runtime with `config` (Go's schedinit). Errors:
 /// an invalid config, or `AlreadyRunning` if it runs with a different
 /// config (starting again with the same config is Ok).
@@ -343,6 +356,7 @@ pub fn start(config: Config) -> Result<(), Error> {
     if CONFIG.get() != Some(&config) {
         return Err(Error::AlreadyRunning);
     }
+    SYSMON_RESCUE.store(config.sysmon_rescue, std::sync::atomic::Ordering::Relaxed);
     sched::start(&config).map_err(Error::Io)?;
     Ok(())
 }
@@ -539,6 +553,22 @@ pub fn stats() -> Stats {
 pub mod __private {
     pub use crate::select::{__select, __select_none, __select_timeout, RecvSlot, Scase, SendSlot};
     pub use crate::stack::guards_use_madvise;
+
+    /// Whether the goroutine with id `goid` is parked (Waiting), so a test
+    /// can act only once a peer really sleeps; None if no live G has that
+    /// id. Racy snapshot, as GODEBUG=scheddetail reads it.
+    pub fn goroutine_parked(goid: u64) -> Option<bool> {
+        for &gp in crate::g::ALLGS.lock().iter() {
+            // SAFETY: Gs are never freed; racy diagnostic reads (as in
+            // sysmon's scheddetail dump).
+            let g = unsafe { &*(gp as *const crate::g::G) };
+            let st = g.status();
+            if st != crate::g::GStatus::Dead && g.goid.get() == goid {
+                return Some(st == crate::g::GStatus::Waiting);
+            }
+        }
+        None
+    }
 
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.
