@@ -570,6 +570,23 @@ pub mod __private {
         None
     }
 
+    /// Go's export_test.go Semacquire: runtime sema acquire on `addr`.
+    pub fn semacquire(addr: &core::sync::atomic::AtomicU32) {
+        crate::ensure_started();
+        crate::sema::semacquire(addr, false)
+    }
+
+    /// Go's export_test.go Semrelease1(addr, handoff, 0).
+    pub fn semrelease1(addr: &core::sync::atomic::AtomicU32, handoff: bool) {
+        crate::ensure_started();
+        crate::sema::semrelease(addr, handoff)
+    }
+
+    /// Go's export_test.go SemNwait: waiters counted on `addr`'s root.
+    pub fn sem_nwait(addr: &core::sync::atomic::AtomicU32) -> u32 {
+        crate::sema::sem_nwait(addr)
+    }
+
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.
     pub fn timers_pending() -> usize {

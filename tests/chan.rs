@@ -681,7 +681,13 @@ fn timeout_races(recv_thread: bool, send_thread: bool) {
         let _keep = tx.clone();
         let rx2 = rx.clone();
         let r = start_on(recv_thread, move || rx2.recv_timeout(d));
-        let jitter = Duration::from_micros(((i * 37) % 400) as u64);
+        // Most rounds arrive around the deadline (where the timer fires,
+        // late by the timer slack), a quarter anywhere in 0..2d.
+        let jitter = Duration::from_micros(if i % 4 == 0 {
+            ((i * 37) % 400) as u64
+        } else {
+            150 + ((i * 13) % 200) as u64
+        });
         let s = start_on(send_thread, move || {
             spin_for(jitter);
             tx.send_timeout(i, d)

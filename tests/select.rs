@@ -1225,7 +1225,13 @@ fn select_after_races(recv_thread: bool, send_thread: bool) {
                 recv(goro::time::after(d)) -> _t => { None },
             }
         });
-        let jitter = Duration::from_micros(((i * 37) % 400) as u64);
+        // Most rounds arrive around the deadline (where the timer fires,
+        // late by the timer slack), a quarter anywhere in 0..2d.
+        let jitter = Duration::from_micros(if i % 4 == 0 {
+            ((i * 37) % 400) as u64
+        } else {
+            150 + ((i * 13) % 200) as u64
+        });
         let s = start_on(send_thread, move || {
             let t = Instant::now();
             while t.elapsed() < jitter {
