@@ -833,8 +833,9 @@ fn runtime_calls_inside_blocking() {
         h.join().unwrap();
         // Back on a P: parking works again.
         let (tx2, rx2) = goro::chan::<u32>(0);
-        goro::go!(move || tx2.send(9).unwrap());
+        let h2 = goro::go!(move || tx2.send(9).unwrap());
         assert_eq!(rx2.recv().unwrap(), 9);
+        h2.join().unwrap();
     });
 }
 
