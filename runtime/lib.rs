@@ -159,6 +159,12 @@ pub struct Config {
     /// status 2, like Go. Default off; `GOTRACEBACK=all` (or `system`,
     /// `crash`) turns it on. The handler is installed only when on.
     pub dump_on_sigquit: bool,
+    /// Test knob, not API: `GODEBUG=gorosysmonrescue=0` turns off sysmon's
+    /// rescue of stranded runnable Gs and overdue timers, so that a lost
+    /// wake-up in the spinning protocol hangs instead of costing ~10 ms
+    /// (tests/proc.rs runs its wake-up tests in child processes with it).
+    #[doc(hidden)]
+    pub sysmon_rescue: bool,
 }
 
 impl Default for Config {
@@ -175,6 +181,7 @@ impl Default for Config {
             scheddetail: false,
             deadlock_detection: true,
             dump_on_sigquit: false,
+            sysmon_rescue: true,
         }
     }
 }
@@ -217,6 +224,7 @@ impl Config {
                     }
                     "gorodetect" => c.detect_blocking = val != "0",
                     "gorodeadlock" => c.deadlock_detection = val != "0",
+                    "gorosysmonrescue" => c.sysmon_rescue = val != "0",
                     "gorotimeslice" => {
                         if let Ok(us) = val.parse::<u64>() {
                             c.time_slice = std::time::Duration::from_micros(us);
@@ -371,6 +379,11 @@ impl From<std::io::Error> for Error {
 
 static CONFIG: OnceLock<Config> = OnceLock::new();
 
+/// [`Config::sysmon_rescue`], read by sysmon. Written once before sysmon
+/// starts (thread creation orders it), so Relaxed.
+pub(crate) static SYSMON_RESCUE: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
 /// Starts the process-wide runtime with `config` (Go's schedinit). Errors:
 /// an invalid config, or `AlreadyRunning` if it runs with a different
 /// config (starting again with the same config is Ok).
@@ -387,6 +400,7 @@ pub fn start(config: Config) -> Result<(), Error> {
     if CONFIG.get() != Some(&config) {
         return Err(Error::AlreadyRunning);
     }
+    SYSMON_RESCUE.store(config.sysmon_rescue, std::sync::atomic::Ordering::Relaxed);
     sched::start(&config).map_err(Error::Io)?;
     Ok(())
 }
@@ -591,6 +605,39 @@ pub mod __private {
         core::array::from_fn(|i| {
             crate::deadlock::REJECTED[i].load(std::sync::atomic::Ordering::Relaxed)
         })
+    }
+
+    /// Whether the goroutine with id `goid` is parked (Waiting), so a test
+    /// can act only once a peer really sleeps; None if no live G has that
+    /// id. Racy snapshot, as GODEBUG=scheddetail reads it.
+    pub fn goroutine_parked(goid: u64) -> Option<bool> {
+        for &gp in crate::g::ALLGS.lock().iter() {
+            // SAFETY: Gs are never freed; racy diagnostic reads (as in
+            // sysmon's scheddetail dump).
+            let g = unsafe { &*(gp as *const crate::g::G) };
+            let st = g.status();
+            if st != crate::g::GStatus::Dead && g.goid.get() == goid {
+                return Some(st == crate::g::GStatus::Waiting);
+            }
+        }
+        None
+    }
+
+    /// Go's export_test.go Semacquire: runtime sema acquire on `addr`.
+    pub fn semacquire(addr: &core::sync::atomic::AtomicU32) {
+        crate::ensure_started();
+        crate::sema::semacquire(addr, false, crate::waitreason::WaitReason::Semacquire)
+    }
+
+    /// Go's export_test.go Semrelease1(addr, handoff, 0).
+    pub fn semrelease1(addr: &core::sync::atomic::AtomicU32, handoff: bool) {
+        crate::ensure_started();
+        crate::sema::semrelease(addr, handoff)
+    }
+
+    /// Go's export_test.go SemNwait: waiters counted on `addr`'s root.
+    pub fn sem_nwait(addr: &core::sync::atomic::AtomicU32) -> u32 {
+        crate::sema::sem_nwait(addr)
     }
 
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the

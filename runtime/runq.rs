@@ -354,6 +354,44 @@ mod tests {
         assert_eq!(peek(thief.steal_from(&v2, true, false).unwrap()), 7);
     }
 
+    /// Stealing into a non-empty queue (findrunnable steals only when the
+    /// local ring is empty, so nothing else runs this path): the stolen Gs
+    /// go after the thief's own, which keep their FIFO order, also when the
+    /// thief's ring wraps around its end.
+    #[test]
+    fn steal_into_non_empty_queue() {
+        for own in [1usize, 3, LOCAL_CAP / 4] {
+            let victim: Local<usize> = Local::new();
+            let thief: Local<usize> = Local::new();
+            // Move the thief's head near the end of its ring.
+            for i in 0..LOCAL_CAP - 2 {
+                thief.put(item(i), false, |_| panic!("overflow"));
+                assert_eq!(take(thief.get().unwrap().0), i);
+            }
+            for i in 0..own {
+                thief.put(item(1000 + i), false, |_| panic!("overflow"));
+            }
+            for i in 0..10 {
+                victim.put(item(i), false, |_| panic!("overflow"));
+            }
+            let g = thief.steal_from(&victim, false, false).unwrap();
+            assert_eq!(take(g), 4, "own={own}: the last stolen G is returned");
+            assert_eq!(thief.len(), own + 4, "own={own}");
+            assert_eq!(victim.len(), 5, "own={own}");
+            let mut got = Vec::new();
+            while let Some((g, _)) = thief.get() {
+                got.push(take(g));
+            }
+            let want: Vec<usize> = (0..own).map(|i| 1000 + i).chain(0..4).collect();
+            assert_eq!(got, want, "own={own}: the thief's queue after the steal");
+            let mut rest = Vec::new();
+            while let Some((g, _)) = victim.get() {
+                rest.push(take(g));
+            }
+            assert_eq!(rest, (5..10).collect::<Vec<_>>());
+        }
+    }
+
     /// Deterministic-outcome stress: one owner puts/gets, several thieves
     /// steal concurrently; every item must be consumed exactly once.
     #[test]

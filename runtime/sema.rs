@@ -328,6 +328,12 @@ fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
     }
 }
 
+/// Test hook (Go's export_test.go SemNwait): the waiter count of the root
+/// `addr` hashes to. SeqCst like every nwait access.
+pub(crate) fn sem_nwait(addr: &AtomicU32) -> u32 {
+    root_for(addr).nwait.load(Ordering::SeqCst)
+}
+
 impl SemaRoot {
     /// Go's semaRoot.queue: add `s` to the waiters on its address.
     ///

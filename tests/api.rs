@@ -50,12 +50,14 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
 
 #[test]
 fn run_returns_value() {
+    let _w = common::watchdog();
     assert_eq!(goro::run(|| 42), 42);
     assert_eq!(goro::run(|| String::from("x") + "y"), "xy");
 }
 
 #[test]
 fn run_resumes_panic_on_caller() {
+    let _w = common::watchdog();
     let r = std::panic::catch_unwind(|| goro::run(|| -> i32 { panic!("boom in run") }));
     let p = r.expect_err("panic in run's closure must reach the caller");
     assert_eq!(panic_message(&*p), "boom in run");
@@ -65,6 +67,7 @@ fn run_resumes_panic_on_caller() {
 
 #[test]
 fn run_from_many_threads_at_once() {
+    let _w = common::watchdog();
     let ts: Vec<_> = (0..8)
         .map(|i| {
             std::thread::spawn(move || {
@@ -82,18 +85,34 @@ fn run_from_many_threads_at_once() {
 
 #[test]
 fn run_with_and_config_setters() {
+    let _w = common::watchdog();
     // Builder-style setters exist; this config is not applied (the runtime
     // may already be running) — only its shape is checked.
-    let _c = goro::Config::from_env()
+    let base = goro::Config::from_env();
+    let c = base
+        .clone()
         .max_procs(2)
         .stack_size(512 * 1024)
-        .preempt(true);
+        .preempt(false)
+        .time_slice(std::time::Duration::from_millis(3))
+        .detect_blocking(false);
+    assert_eq!(c.max_procs, 2);
+    assert_eq!(c.stack_size, 512 * 1024);
+    assert!(!c.preempt);
+    assert_eq!(c.time_slice, std::time::Duration::from_millis(3));
+    assert!(!c.detect_blocking);
+    // Fields the setters did not touch keep their values.
+    assert_eq!(c.preempt_mode, base.preempt_mode);
+    assert_eq!(c.schedtrace_ms, base.schedtrace_ms);
+    assert!(c.validate().is_ok());
+    assert!(base.clone().stack_size(1).validate().is_err());
     assert_eq!(goro::run_with(goro::Config::from_env(), || 7), 7);
 }
 
 /// go!/spawn outside run start the runtime; join blocks the plain thread.
 #[test]
 fn spawn_from_plain_thread() {
+    let _w = common::watchdog();
     let h = goro::spawn(|| goro::current_id().is_some());
     assert!(h.join().unwrap());
     let h = goro::go!(|| 5 * 5);
@@ -107,6 +126,7 @@ fn spawn_from_plain_thread() {
 
 #[test]
 fn join_returns_value() {
+    let _w = common::watchdog();
     run(|| {
         let h = goro::spawn(|| vec![1, 2, 3]);
         assert_eq!(h.join().unwrap(), vec![1, 2, 3]);
@@ -120,6 +140,7 @@ fn join_returns_value() {
 
 #[test]
 fn join_returns_err_payload_on_panic() {
+    let _w = common::watchdog();
     run(|| {
         let h = goro::spawn(|| -> i32 { panic!("static message") });
         assert_eq!(panic_message(&*h.join().unwrap_err()), "static message");
@@ -145,6 +166,7 @@ fn join_returns_err_payload_on_panic() {
 /// A panic in a detached goroutine does not take the runtime down.
 #[test]
 fn detached_panic_is_contained() {
+    let _w = common::watchdog();
     run(|| {
         let h = goro::spawn(|| panic!("detached"));
         let mut spins = 0;
@@ -163,6 +185,7 @@ fn detached_panic_is_contained() {
 
 #[test]
 fn is_finished() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<()>(0);
         let h = goro::spawn(move || rx.recv());
@@ -181,6 +204,7 @@ fn is_finished() {
 
 #[test]
 fn ids_unique_and_match_current_id() {
+    let _w = common::watchdog();
     run(|| {
         let me = goro::current_id().expect("current_id in a goroutine");
         let n = scale(1000);
@@ -217,6 +241,7 @@ fn ids_unique_and_match_current_id() {
 
 #[test]
 fn current_id_none_on_plain_threads() {
+    let _w = common::watchdog();
     assert_eq!(goro::current_id(), None);
     let id = goro::run(goro::current_id);
     assert!(id.is_some());
@@ -229,6 +254,7 @@ fn current_id_none_on_plain_threads() {
 
 #[test]
 fn num_goroutine_counts_parked_goroutines() {
+    let _w = common::watchdog();
     run(|| {
         assert!(goro::num_goroutine() >= 1);
         let (tx, rx) = chan::<()>(0);
@@ -250,6 +276,7 @@ fn num_goroutine_counts_parked_goroutines() {
 
 #[test]
 fn builder_name_and_stack_size() {
+    let _w = common::watchdog();
     run(|| {
         let h = goro::Builder::new()
             .name(String::from("worker-1"))
@@ -277,6 +304,7 @@ fn builder_name_and_stack_size() {
 /// Handles can be moved to and joined from other goroutines and plain threads.
 #[test]
 fn join_from_other_goroutine_and_thread() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(0);
         let a = goro::spawn(move || rx.recv().unwrap() * 2);
@@ -290,6 +318,7 @@ fn join_from_other_goroutine_and_thread() {
 
 #[test]
 fn stats_fields() {
+    let _w = common::watchdog();
     run(|| {
         let s = goro::stats();
         // api.rs never changes GOMAXPROCS.
@@ -309,6 +338,7 @@ fn stats_fields() {
 
 #[test]
 fn handles_and_ends_are_send_sync_clone() {
+    let _w = common::watchdog();
     fn send_sync_clone<T: Send + Sync + Clone>() {}
     fn send<T: Send>() {}
     send_sync_clone::<goro::Sender<String>>();
@@ -321,6 +351,7 @@ fn handles_and_ends_are_send_sync_clone() {
 
 #[test]
 fn send_on_closed_returns_value() {
+    let _w = common::watchdog();
     run(|| {
         for cap in [0usize, 1, 4] {
             let (tx, rx) = chan::<String>(cap);
@@ -336,6 +367,7 @@ fn send_on_closed_returns_value() {
 
 #[test]
 fn try_send_full_and_closed() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<String>(1);
         assert!(tx.try_send("a".into()).is_ok());
@@ -372,6 +404,7 @@ fn try_send_full_and_closed() {
 
 #[test]
 fn try_recv_empty_and_closed() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(2);
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
@@ -398,6 +431,7 @@ fn try_recv_empty_and_closed() {
 
 #[test]
 fn recv_after_close_drains_then_errs() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(5);
         for i in 0..3 {
@@ -420,6 +454,7 @@ fn recv_after_close_drains_then_errs() {
 
 #[test]
 fn close_is_idempotent_len_capacity() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(3);
         assert_eq!((tx.capacity(), rx.capacity()), (3, 3));
@@ -439,6 +474,7 @@ fn close_is_idempotent_len_capacity() {
 
 #[test]
 fn drop_last_sender_closes() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(4);
         let tx2 = tx.clone();
@@ -472,6 +508,7 @@ fn drop_last_sender_closes() {
 
 #[test]
 fn drop_last_receiver_fails_sends_and_drops_buffered() {
+    let _w = common::watchdog();
     run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::<Counted>(5);
@@ -513,6 +550,7 @@ fn drop_last_receiver_fails_sends_and_drops_buffered() {
 /// last Receiver is dropped.
 #[test]
 fn blocked_sender_fails_when_last_receiver_dropped() {
+    let _w = common::watchdog();
     run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::<Counted>(0);
@@ -531,6 +569,7 @@ fn blocked_sender_fails_when_last_receiver_dropped() {
 /// Dropping both ends drops the buffered values exactly once.
 #[test]
 fn dropping_channel_drops_buffered_values() {
+    let _w = common::watchdog();
     run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let (tx, rx) = chan::<Counted>(8);
@@ -551,6 +590,7 @@ fn dropping_channel_drops_buffered_values() {
 
 #[test]
 fn send_timeout_cases() {
+    let _w = common::watchdog();
     run(|| {
         let d = Duration::from_millis(30);
         // Full: times out (no earlier than d) with the value.
@@ -586,6 +626,7 @@ fn send_timeout_cases() {
 
 #[test]
 fn recv_timeout_cases() {
+    let _w = common::watchdog();
     run(|| {
         let d = Duration::from_millis(30);
         let (tx, rx) = chan::<i32>(1);
@@ -610,6 +651,7 @@ fn recv_timeout_cases() {
 
 #[test]
 fn timeouts_on_plain_thread() {
+    let _w = common::watchdog();
     let (tx, rx) = chan::<i32>(0);
     let t = std::thread::spawn(move || {
         let d = Duration::from_millis(20);
@@ -631,6 +673,7 @@ fn timeouts_on_plain_thread() {
 
 #[test]
 fn iter_and_into_iter() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(3);
         let h = goro::spawn(move || {
@@ -662,6 +705,7 @@ fn iter_and_into_iter() {
 
 #[test]
 fn plain_thread_to_goroutine() {
+    let _w = common::watchdog();
     let (tx, rx) = chan::<u64>(0);
     let g = goro::spawn(move || rx.iter().sum::<u64>());
     let t = std::thread::spawn(move || {
@@ -675,6 +719,7 @@ fn plain_thread_to_goroutine() {
 
 #[test]
 fn goroutine_to_plain_thread() {
+    let _w = common::watchdog();
     let (tx, rx) = chan::<u64>(2);
     let t = std::thread::spawn(move || rx.iter().sum::<u64>());
     run(move || {
@@ -689,6 +734,7 @@ fn goroutine_to_plain_thread() {
 /// involved.
 #[test]
 fn plain_thread_to_plain_thread() {
+    let _w = common::watchdog();
     let (tx, rx) = chan::<u64>(0);
     let (ack_tx, ack_rx) = chan::<u64>(0);
     let a = std::thread::spawn(move || {
@@ -710,6 +756,7 @@ fn plain_thread_to_plain_thread() {
 /// each side of buffered and unbuffered channels.
 #[test]
 fn mixed_threads_and_goroutines_mpmc() {
+    let _w = common::watchdog();
     let per = scale(5000) as u64;
     for cap in [0usize, 16] {
         let (tx, rx) = chan::<u64>(cap);
@@ -766,6 +813,7 @@ fn mixed_threads_and_goroutines_mpmc() {
 /// of parking, and the goroutine continues normally afterwards.
 #[test]
 fn runtime_calls_inside_blocking() {
+    let _w = common::watchdog();
     goro::run(|| {
         let (tx, rx) = goro::chan::<u32>(0);
         let h = goro::go!(move || {
@@ -785,8 +833,9 @@ fn runtime_calls_inside_blocking() {
         h.join().unwrap();
         // Back on a P: parking works again.
         let (tx2, rx2) = goro::chan::<u32>(0);
-        goro::go!(move || tx2.send(9).unwrap());
+        let h2 = goro::go!(move || tx2.send(9).unwrap());
         assert_eq!(rx2.recv().unwrap(), 9);
+        h2.join().unwrap();
     });
 }
 
@@ -798,6 +847,7 @@ const EXIT_CHILD_ENV: &str = "GORO_EXIT_CHILD";
 /// parent checks.
 #[test]
 fn process_exits_with_goroutines_still_alive() {
+    let _w = common::watchdog();
     if std::env::var_os(EXIT_CHILD_ENV).is_some() {
         let (tx, rx) = goro::chan::<u8>(0);
         goro::go!(move || {
@@ -847,6 +897,7 @@ fn process_exits_with_goroutines_still_alive() {
 /// implements Debug.
 #[test]
 fn auto_traits_and_debug() {
+    let _w = common::watchdog();
     use std::panic::{RefUnwindSafe, UnwindSafe};
     fn unwind_safe<T: UnwindSafe + RefUnwindSafe>() {}
     fn send_sync<T: Send + Sync>() {}
@@ -896,6 +947,7 @@ fn auto_traits_and_debug() {
 /// crossbeam has them; Error::source.
 #[test]
 fn crossbeam_style_helpers() {
+    let _w = common::watchdog();
     let (tx, rx) = chan::<i32>(3);
     assert!(!tx.is_full() && !rx.is_full());
     for i in 0..3 {
@@ -935,6 +987,7 @@ fn crossbeam_style_helpers() {
 /// plain thread and from a goroutine.
 #[test]
 fn impossible_channel_capacity_panics() {
+    let _w = common::watchdog();
     fn check(from: &str) {
         for cap in [usize::MAX, usize::MAX / 8 + 1, 1 << 62] {
             let r = std::panic::catch_unwind(|| chan::<u64>(cap));

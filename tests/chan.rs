@@ -45,6 +45,7 @@ fn let_others_run() {
 /// not block.
 #[test]
 fn chan_recv_from_empty_blocks() {
+    let _w = common::watchdog();
     run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
@@ -99,6 +100,7 @@ fn chan_recv_from_empty_blocks() {
 /// TestChan: send to a full channel blocks; non-blocking send does not block.
 #[test]
 fn chan_send_to_full_blocks() {
+    let _w = common::watchdog();
     run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
@@ -151,6 +153,7 @@ fn chan_send_to_full_blocks() {
 /// closed (Go's zero value / ok == false).
 #[test]
 fn chan_recv_from_closed() {
+    let _w = common::watchdog();
     run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
@@ -172,6 +175,7 @@ fn chan_recv_from_closed() {
 /// TestChan: close unblocks a blocked receiver.
 #[test]
 fn chan_close_unblocks_recv() {
+    let _w = common::watchdog();
     run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
@@ -188,6 +192,7 @@ fn chan_close_unblocks_recv() {
 /// arrive exactly once each.
 #[test]
 fn chan_fifo_and_mpmc() {
+    let _w = common::watchdog();
     run(|| {
         const P: usize = 4;
         let l = scale(1000);
@@ -270,6 +275,7 @@ fn chan_fifo_and_mpmc() {
 /// TestChan: len/cap.
 #[test]
 fn chan_len_cap() {
+    let _w = common::watchdog();
     run(|| {
         for cap in capacities() {
             let (tx, rx) = chan::<i32>(cap);
@@ -291,6 +297,7 @@ fn chan_len_cap() {
 /// never "not ready").
 #[test]
 fn nonblock_recv_race() {
+    let _w = common::watchdog();
     run(|| {
         for i in 0..scale(10_000) {
             let (tx, rx) = chan::<i32>(1);
@@ -316,6 +323,7 @@ fn nonblock_recv_race() {
 /// default case must never run.
 #[test]
 fn nonblock_select_race() {
+    let _w = common::watchdog();
     run(|| {
         let (done_tx, done_rx) = chan::<bool>(1);
         for i in 0..scale(100_000) {
@@ -347,6 +355,7 @@ fn nonblock_select_race() {
 /// TestNonblockSelectRace2: as above, but close(c2) replaces c2 <- 1.
 #[test]
 fn nonblock_select_race2() {
+    let _w = common::watchdog();
     run(|| {
         let (done_tx, done_rx) = chan::<bool>(1);
         for i in 0..scale(100_000) {
@@ -379,6 +388,7 @@ fn nonblock_select_race2() {
 /// closes the queue, waits for the workers and closes the results channel.
 #[test]
 fn multi_consumer() {
+    let _w = common::watchdog();
     run(|| {
         const NWORK: usize = 23;
         let niter = scale(271_828);
@@ -452,6 +462,7 @@ fn stack_growth_recursive(i: usize) {
 /// stack) are exercised alongside stack use.
 #[test]
 fn blocked_send_with_stack_use() {
+    let _w = common::watchdog();
     run(|| {
         const N: usize = 10;
         let (tx, rx) = chan::<[u64; 64]>(0);
@@ -482,6 +493,7 @@ fn blocked_send_with_stack_use() {
 /// neither.
 #[test]
 fn close_with_blocked_senders_exactly_once() {
+    let _w = common::watchdog();
     run(|| {
         for cap in [0usize, 1, 3, 16] {
             let (tx, rx) = chan::<usize>(cap);
@@ -526,6 +538,7 @@ fn close_with_blocked_senders_exactly_once() {
 /// Receivers blocked on a channel all wake with `Err` when it is closed.
 #[test]
 fn close_wakes_all_blocked_receivers() {
+    let _w = common::watchdog();
     run(|| {
         for cap in [0usize, 4] {
             let (tx, rx) = chan::<i32>(cap);
@@ -535,7 +548,11 @@ fn close_wakes_all_blocked_receivers() {
                     goro::spawn(move || rx.recv())
                 })
                 .collect();
-            let_others_run();
+            // Every receiver really parked: close wakes them, rather than
+            // them finding the channel closed on arrival.
+            for h in &hs {
+                common::wait_parked(h.id());
+            }
             tx.close();
             for h in hs {
                 assert_eq!(h.join().unwrap(), Err(RecvError));
@@ -548,6 +565,7 @@ fn close_wakes_all_blocked_receivers() {
 /// and buffered transfer.
 #[test]
 fn large_and_zero_sized_values() {
+    let _w = common::watchdog();
     run(|| {
         for cap in [0usize, 1, 8] {
             let (tx, rx) = chan::<Box<[u8; 8192]>>(cap);
@@ -577,6 +595,7 @@ fn large_and_zero_sized_values() {
 /// (each value delivered exactly once).
 #[test]
 fn mpmc_sum_unbuffered_and_buffered() {
+    let _w = common::watchdog();
     run(|| {
         let per = scale(5_000);
         for cap in [0usize, 1, 7, 128] {
@@ -618,5 +637,95 @@ fn mpmc_sum_unbuffered_and_buffered() {
             assert_eq!(total.load(SeqCst), 8 * per, "chan[{cap}]");
             assert_eq!(sum, expect, "chan[{cap}]");
         }
+    });
+}
+
+/// Runs `f` on a new goroutine or a new OS thread; the returned closure
+/// joins it and re-raises its panic on the caller.
+fn start_on<T: Send + 'static>(
+    thread: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Box<dyn FnOnce() -> T + Send> {
+    if thread {
+        let h = std::thread::spawn(f);
+        Box::new(move || h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    } else {
+        let h = goro::spawn(f);
+        Box::new(move || h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    }
+}
+
+/// Busy-waits for `d`: only shifts the sender towards the receiver's
+/// deadline so that completion and timeout race; no outcome depends on it.
+fn spin_for(d: Duration) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Timeouts racing completions: on an unbuffered channel a receiver's
+/// `recv_timeout(d)` and a sender's `send_timeout(v, d)` started up to 2d
+/// apart either meet (both Ok, the value delivered once) or both time out
+/// (the sender gets its value back). Thousands of rounds put the rendezvous
+/// at the deadline, where the timer and the peer race for the parked G:
+/// a lost value, a double delivery or a mismatch fails the test, a lost
+/// wake-up hangs it (watchdog). Sides on goroutines and on plain threads.
+fn timeout_races(recv_thread: bool, send_thread: bool) {
+    let rounds = scale(3000);
+    let d = Duration::from_micros(200);
+    for i in 0..rounds {
+        let (tx, rx) = chan::<usize>(0);
+        // Kept until both sides are done: the sender's drop must not close
+        // the channel under a receiver still waiting.
+        let _keep = tx.clone();
+        let rx2 = rx.clone();
+        let r = start_on(recv_thread, move || rx2.recv_timeout(d));
+        // Most rounds arrive around the deadline (where the timer fires,
+        // late by the timer slack), a quarter anywhere in 0..2d.
+        let jitter = Duration::from_micros(if i % 4 == 0 {
+            ((i * 37) % 400) as u64
+        } else {
+            150 + ((i * 13) % 200) as u64
+        });
+        let s = start_on(send_thread, move || {
+            spin_for(jitter);
+            tx.send_timeout(i, d)
+        });
+        let (got, sent) = (r(), s());
+        match (got, sent) {
+            (Ok(v), Ok(())) => {
+                assert_eq!(v, i, "round {i}: wrong value");
+            }
+            (Err(goro::RecvTimeoutError::Timeout), Err(goro::SendTimeoutError::Timeout(v))) => {
+                assert_eq!(v, i, "round {i}: the sender got another value back");
+            }
+            (got, sent) => panic!(
+                "round {i}: inconsistent outcome: recv {got:?}, send ok = {}",
+                sent.is_ok()
+            ),
+        }
+        assert!(rx.try_recv().is_err(), "round {i}: a value was left behind");
+    }
+}
+
+#[test]
+fn timeout_races_completion_goroutines() {
+    let _w = common::watchdog();
+    run(|| timeout_races(false, false));
+}
+
+#[test]
+fn timeout_races_completion_threads() {
+    let _w = common::watchdog();
+    timeout_races(true, true);
+}
+
+#[test]
+fn timeout_races_completion_mixed() {
+    let _w = common::watchdog();
+    run(|| {
+        timeout_races(true, false);
+        timeout_races(false, true);
     });
 }

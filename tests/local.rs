@@ -31,10 +31,11 @@ fn tid() -> ThreadId {
 /// value, and A's value survives B's writes.
 #[test]
 fn not_visible_from_another_goroutine_on_the_same_m() {
+    let _w = common::watchdog();
     let prev = goro::set_max_procs(1);
     let mut same_m_seen = false;
     for _ in 0..20 {
-        let (same_m, ok) = goro::run(|| {
+        let same_m = common::run(|| {
             let (a_parked_tx, a_parked_rx) = chan::<ThreadId>(0);
             let (b_done_tx, b_done_rx) = chan::<ThreadId>(0);
             let a = goro::spawn(move || {
@@ -66,9 +67,8 @@ fn not_visible_from_another_goroutine_on_the_same_m() {
             );
             // The main goroutine's own value is untouched too.
             assert_eq!(COUNTER.get(), 0);
-            (a_tid == b_tid, true)
+            a_tid == b_tid
         });
-        assert!(ok);
         if same_m {
             same_m_seen = true;
             break;
@@ -85,6 +85,7 @@ fn not_visible_from_another_goroutine_on_the_same_m() {
 /// switch points (and possibly thread migrations): none sees another's.
 #[test]
 fn private_under_concurrency_and_migration() {
+    let _w = common::watchdog();
     goro::run(|| {
         let hs: Vec<_> = (0..64u64)
             .map(|i| {
@@ -108,6 +109,7 @@ fn private_under_concurrency_and_migration() {
 /// G (and stack) of a goroutine that set the value and exited.
 #[test]
 fn each_goroutine_starts_from_init_also_reused_g() {
+    let _w = common::watchdog();
     goro::run(|| {
         for i in 0..scale(2000) as u64 {
             let seen = goro::spawn(move || {
@@ -147,6 +149,7 @@ goro::goroutine_local! {
 /// goroutine that never touched the key creates and drops nothing.
 #[test]
 fn dropped_at_goroutine_exit() {
+    let _w = common::watchdog();
     let drops = Arc::new(AtomicUsize::new(0));
     let d = drops.clone();
     goro::run(move || {
@@ -182,6 +185,7 @@ fn dropped_at_goroutine_exit() {
 /// A goroutine that panics still drops its values.
 #[test]
 fn dropped_when_goroutine_panics() {
+    let _w = common::watchdog();
     let drops = Arc::new(AtomicUsize::new(0));
     let d = drops.clone();
     let r = goro::spawn(move || {
@@ -218,6 +222,7 @@ goro::goroutine_local! {
 
 #[test]
 fn destructor_using_goroutine_locals() {
+    let _w = common::watchdog();
     let drops = Arc::new(AtomicUsize::new(0));
     let d = drops.clone();
     goro::run(move || {
@@ -251,6 +256,7 @@ fn destructor_using_goroutine_locals() {
 /// per goroutine (lazily, on first use).
 #[test]
 fn lazy_init_once_per_goroutine() {
+    let _w = common::watchdog();
     static INITS: AtomicUsize = AtomicUsize::new(0);
     goro::goroutine_local! {
         static BASE: u64 = 40;
@@ -287,6 +293,7 @@ fn lazy_init_once_per_goroutine() {
 /// The Cell/RefCell helpers.
 #[test]
 fn cell_and_refcell_helpers() {
+    let _w = common::watchdog();
     goro::run(|| {
         goro::spawn(|| {
             assert_eq!(COUNTER.get(), 0);
@@ -310,6 +317,7 @@ fn cell_and_refcell_helpers() {
 /// thread exit.
 #[test]
 fn plain_thread_fallback() {
+    let _w = common::watchdog();
     let drops = Arc::new(AtomicUsize::new(0));
     let hs: Vec<_> = (0..4u64)
         .map(|i| {

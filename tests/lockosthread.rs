@@ -31,6 +31,7 @@ fn tid() -> i64 {
 /// while other goroutines keep running.
 #[test]
 fn locked_goroutine_stays_on_its_thread() {
+    let _w = common::watchdog();
     let _s = serial();
     let rounds = if qemu() { 200 } else { 2000 };
     goro::run(move || {
@@ -71,6 +72,7 @@ fn locked_goroutine_stays_on_its_thread() {
 /// While a goroutine is locked, its thread runs no other goroutine.
 #[test]
 fn locked_thread_runs_nothing_else() {
+    let _w = common::watchdog();
     let _s = serial();
     let n = if qemu() { 200 } else { 2000 };
     goro::run(move || {
@@ -108,6 +110,7 @@ fn locked_thread_runs_nothing_else() {
 /// extra unlocks are no-ops.
 #[test]
 fn nesting_and_extra_unlock() {
+    let _w = common::watchdog();
     let _s = serial();
     goro::run(|| {
         goro::unlock_os_thread(); // no-op when not locked
@@ -128,6 +131,7 @@ fn nesting_and_extra_unlock() {
 /// and the scheduler keeps working (TestLockOSThreadExit-like).
 #[test]
 fn exit_while_locked_retires_thread() {
+    let _w = common::watchdog();
     let _s = serial();
     let n = if qemu() { 200 } else { 2000 };
     goro::run(move || {
@@ -158,6 +162,7 @@ fn exit_while_locked_retires_thread() {
 /// Outside a goroutine the calls are no-ops.
 #[test]
 fn no_op_on_plain_thread() {
+    let _w = common::watchdog();
     goro::lock_os_thread();
     goro::unlock_os_thread();
     goro::unlock_os_thread();
@@ -186,6 +191,7 @@ fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool, what: impl Fn() -
 /// of growing by one per goroutine.
 #[test]
 fn exit_while_locked_ends_the_thread() {
+    let _w = common::watchdog();
     let _s = serial();
     let n = if qemu() { 500 } else { 5000 };
     goro::run(|| ());
@@ -296,6 +302,7 @@ struct Gate {
 /// mask of the rest of the process, not the locked thread's.
 #[test]
 fn new_threads_do_not_inherit_locked_thread_state() {
+    let _w = common::watchdog();
     let _s = serial();
     // The test thread's state is the process default.
     let base_cpus = affinity();
@@ -384,6 +391,7 @@ fn wait_child(pid: libc::pid_t) -> i32 {
 /// is unsupported, as in Go.)
 #[test]
 fn fork_child_exits_or_execs() {
+    let _w = common::watchdog();
     let _s = serial();
     let rounds = if qemu() { 5 } else { 50 };
     let path = std::ffi::CString::new("/bin/true").unwrap();

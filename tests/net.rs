@@ -128,6 +128,7 @@ fn round_trip(c: TcpStream, data: Vec<u8>) {
 
 #[test]
 fn echo_round_trips_every_byte() {
+    let _w = common::watchdog();
     let _w = init();
     goro::run(|| {
         let addr = echo_server();
@@ -154,6 +155,7 @@ fn echo_round_trips_every_byte() {
 
 #[test]
 fn plain_thread_client_blocks_the_thread() {
+    let _w = common::watchdog();
     let _w = init();
     let addr = goro::run(echo_server);
     // Not a goroutine: the same types block the OS thread in poll(2).
@@ -202,6 +204,7 @@ fn raise_nofile(want: u64) -> u64 {
 
 #[test]
 fn ten_thousand_concurrent_connections() {
+    let _w = common::watchdog();
     let _w = init_alone();
     let want = if qemu() { 1000 } else { 10_000 };
     // Two fds per connection (client and server end) plus slack.
@@ -262,6 +265,7 @@ fn ten_thousand_concurrent_connections() {
 
 #[test]
 fn read_and_write_deadlines_fire_on_time() {
+    let _w = common::watchdog();
     let _w = init();
     goro::run(|| {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -323,6 +327,7 @@ fn read_and_write_deadlines_fire_on_time() {
 
 #[test]
 fn many_goroutines_time_out_concurrently() {
+    let _w = common::watchdog();
     let _w = init();
     goro::run(|| {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -350,6 +355,7 @@ fn many_goroutines_time_out_concurrently() {
 
 #[test]
 fn close_wakes_a_parked_reader() {
+    let _w = common::watchdog();
     let _w = init();
     goro::run(|| {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -403,6 +409,7 @@ fn reset(s: TcpStream) {
 
 #[test]
 fn peer_reset_is_an_error_on_that_connection_only() {
+    let _w = common::watchdog();
     let _w = init();
     // A write to a reset peer must be an error, never SIGPIPE: restore the
     // default action (which kills) to prove MSG_NOSIGNAL is used.
@@ -453,6 +460,7 @@ fn peer_reset_is_an_error_on_that_connection_only() {
 
 #[test]
 fn udp_send_and_recv() {
+    let _w = common::watchdog();
     let _w = init();
     goro::run(|| {
         let a = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -500,6 +508,7 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 
 #[test]
 fn unix_stream_and_datagram() {
+    let _w = common::watchdog();
     let _w = init();
     let dir = temp_dir("unix");
     let d2 = dir.clone();
@@ -583,6 +592,7 @@ fn unix_stream_and_datagram() {
 
 #[test]
 fn slowloris_does_not_hold_up_others() {
+    let _w = common::watchdog();
     let _w = init();
     goro::run(|| {
         let addr = echo_server();
@@ -614,6 +624,7 @@ fn slowloris_does_not_hold_up_others() {
 /// run by it).
 #[test]
 fn emfile_child() {
+    let _w = common::watchdog();
     if std::env::var("GORO_NET_EMFILE_CHILD").is_err() {
         return;
     }
@@ -731,6 +742,7 @@ fn run_child(
 
 #[test]
 fn accept_loop_survives_emfile() {
+    let _w = common::watchdog();
     let _w = init();
     if qemu() {
         // qemu-user 7.2 intermittently fails accept4 with ENOSYS instead of
@@ -806,6 +818,7 @@ impl Drop for Child {
 
 #[test]
 fn http_hello_example_serves_hello_world() {
+    let _w = common::watchdog();
     let _w = init();
     let bin = example_bin("http_hello");
     let mut cmd = if qemu() {

@@ -18,6 +18,7 @@ fn example_body() -> String {
 
 #[test]
 fn readme_shows_examples_hello() {
+    let _w = common::watchdog();
     let readme = include_str!("../README.md");
     let body = example_body();
     assert!(
@@ -28,6 +29,7 @@ fn readme_shows_examples_hello() {
 
 #[test]
 fn readme_example_total_is_deterministic() {
+    let _w = common::watchdog();
     for _ in 0..common::scale(50) {
         assert_eq!(hello::total(), 7_998_000);
     }

@@ -49,6 +49,7 @@ fn assert_uniformish(counts: &[usize], what: &str) {
 /// listed first), each ready case is chosen about half the time.
 #[test]
 fn select_fairness() {
+    let _w = common::watchdog();
     run(|| {
         let trials = scale(10_000);
         let (c1_tx, c1_rx) = chan::<u8>(trials + 1);
@@ -91,6 +92,7 @@ fn select_fairness() {
 /// about a quarter of the time.
 #[test]
 fn select_fairness_four_mixed_cases() {
+    let _w = common::watchdog();
     run(|| {
         let trials = scale(8_000);
         let (a_tx, a_rx) = chan::<u8>(trials);
@@ -120,6 +122,7 @@ fn select_fairness_four_mixed_cases() {
 /// without corrupting the wait queue.
 #[test]
 fn select_duplicate_channel() {
+    let _w = common::watchdog();
     run(|| {
         let (c_tx, c_rx) = chan::<i32>(0);
         let (d_tx, d_rx) = chan::<i32>(0);
@@ -156,6 +159,7 @@ fn select_duplicate_channel() {
 /// exactly one value is consumed, and both arms get chosen.
 #[test]
 fn select_same_channel_twice_ready() {
+    let _w = common::watchdog();
     run(|| {
         let trials = scale(4_000);
         let (tx, rx) = chan::<usize>(trials);
@@ -181,6 +185,7 @@ fn select_same_channel_twice_ready() {
 /// its own value.
 #[test]
 fn self_select() {
+    let _w = common::watchdog();
     run(|| {
         for cap in [0usize, 10] {
             let (tx, rx) = chan::<usize>(cap);
@@ -225,6 +230,7 @@ fn self_select() {
 /// Must not deadlock, and every count must come out exact.
 #[test]
 fn select_stress() {
+    let _w = common::watchdog();
     run(|| {
         let n = scale(100_000);
         let caps = [0usize, 0, 2, 3];
@@ -301,6 +307,7 @@ fn select_stress() {
 /// default, on a full channel; unselected send values must not leak.
 #[test]
 fn chan_send_interface() {
+    let _w = common::watchdog();
     struct Mt;
     run(|| {
         type Any = Arc<dyn std::any::Any + Send + Sync>;
@@ -330,6 +337,7 @@ fn chan_send_interface() {
 /// when another arm completes after blocking.
 #[test]
 fn select_unchosen_send_values_not_leaked() {
+    let _w = common::watchdog();
     static LIVE: AtomicUsize = AtomicUsize::new(0);
     struct Tracked;
     impl Tracked {
@@ -370,6 +378,7 @@ fn select_unchosen_send_values_not_leaked() {
 /// blocks (random enqueue order, unbuffered case).
 #[test]
 fn pseudo_random_send() {
+    let _w = common::watchdog();
     run(|| {
         let n = 100;
         for cap in [0usize, n] {
@@ -403,6 +412,7 @@ fn pseudo_random_send() {
 /// default.
 #[test]
 fn select_default() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(1);
         let (full_tx, _full_rx) = chan::<i32>(0);
@@ -438,6 +448,7 @@ fn select_default() {
 /// use `?`.
 #[test]
 fn select_expression_break_return() {
+    let _w = common::watchdog();
     fn first_big(rx: &goro::Receiver<i32>) -> Option<i32> {
         loop {
             goro::select! {
@@ -496,6 +507,7 @@ fn select_expression_break_return() {
 /// are ready with `Err(SendError(v))` carrying the value.
 #[test]
 fn select_on_closed_channels() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<String>(0);
         tx.close();
@@ -523,6 +535,7 @@ fn select_on_closed_channels() {
 /// is closed, and when its last Receiver is dropped.
 #[test]
 fn select_blocked_send_woken_by_close_and_receiver_drop() {
+    let _w = common::watchdog();
     run(|| {
         for by_close in [true, false] {
             let (tx, rx) = chan::<i32>(0);
@@ -534,7 +547,8 @@ fn select_blocked_send_woken_by_close_and_receiver_drop() {
                     recv(never_rx) -> _v => { unreachable!() },
                 }
             });
-            let_others_run();
+            // The select really parked: close/drop wakes it.
+            common::wait_parked(h.id());
             if by_close {
                 tx2.close();
             } else {
@@ -551,6 +565,7 @@ fn select_blocked_send_woken_by_close_and_receiver_drop() {
 /// A select blocked in receive arms wakes with `Err` when one channel closes.
 #[test]
 fn select_blocked_recv_woken_by_close() {
+    let _w = common::watchdog();
     run(|| {
         let (a_tx, a_rx) = chan::<i32>(0);
         let (_b_tx, b_rx) = chan::<i32>(0);
@@ -560,7 +575,8 @@ fn select_blocked_recv_woken_by_close() {
                 recv(a_rx) -> v => { ("a", v) },
             }
         });
-        let_others_run();
+        // The select really parked: the close wakes it.
+        common::wait_parked(h.id());
         drop(a_tx); // last sender: closes a
         assert_eq!(h.join().unwrap(), ("a", Err(RecvError)));
     });
@@ -570,6 +586,7 @@ fn select_blocked_recv_woken_by_close() {
 /// when nothing else is ready, and loses to a value that arrives.
 #[test]
 fn select_after_timeout_idiom() {
+    let _w = common::watchdog();
     run(|| {
         let (_tx, rx) = chan::<i32>(0);
         let d = Duration::from_millis(50);
@@ -616,6 +633,7 @@ fn select_after_timeout_idiom() {
 /// every value is delivered exactly once.
 #[test]
 fn select_mpmc_exactly_once() {
+    let _w = common::watchdog();
     run(|| {
         let per = scale(2_000);
         let (a_tx, a_rx) = chan::<usize>(0);
@@ -670,6 +688,7 @@ fn select_mpmc_exactly_once() {
 /// goroutines on the other side.
 #[test]
 fn select_on_plain_thread() {
+    let _w = common::watchdog();
     let (a_tx, a_rx) = chan::<i32>(0);
     let (b_tx, b_rx) = chan::<i32>(0);
     let h = goro::spawn(move || {
@@ -715,6 +734,7 @@ fn select_on_plain_thread() {
 /// still accepted, and expression arms keep theirs.
 #[test]
 fn select_commaless_block_arms() {
+    let _w = common::watchdog();
     run(|| {
         let (tx1, rx1) = chan::<i32>(1);
         let (tx2, rx2) = chan::<&'static str>(1);
@@ -754,6 +774,7 @@ fn select_commaless_block_arms() {
 /// earlier), and a case that becomes ready in time wins.
 #[test]
 fn select_default_timeout_both_ways() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<i32>(0);
         let d = Duration::from_millis(30);
@@ -809,6 +830,7 @@ fn select_default_timeout_both_ways() {
 /// timeout entry goes stale and is purged).
 #[test]
 fn select_default_timeout_leaves_no_timers() {
+    let _w = common::watchdog();
     run(|| {
         let (tx, rx) = chan::<usize>(1);
         for i in 0..scale(20_000) {
@@ -843,6 +865,7 @@ fn select_default_timeout_leaves_no_timers() {
 /// not closed.
 #[test]
 fn select_never_is_disabled_case() {
+    let _w = common::watchdog();
     run(|| {
         let nv = goro::never::<i32>();
         assert!(!nv.is_closed());
@@ -993,6 +1016,7 @@ type Select = fn(&[goro::Receiver<u64>]) -> (usize, Result<u64, RecvError>);
 /// parked; the other cases are dequeued (later sends are not lost to them).
 #[test]
 fn select_many_cases_parked() {
+    let _w = common::watchdog();
     run(|| {
         let sel: [(usize, Select); 3] = [(9, select9), (17, select17), (64, select64)];
         for &(n, f) in &sel {
@@ -1037,6 +1061,7 @@ fn select_many_cases_parked() {
 /// (the limit docs/SELECT.md states), and one of them is chosen.
 #[test]
 fn select_120_commaless_arms() {
+    let _w = common::watchdog();
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..120).map(|_| chan::<u64>(1)).unzip();
     txs[119].send(5).unwrap();
     let (i, v) = goro::select! {
@@ -1162,4 +1187,88 @@ fn select_120_commaless_arms() {
         recv(rxs[119]) -> v => { (119usize, v) }
     };
     assert_eq!((i, v), (119, Ok(5)));
+}
+
+/// Runs `f` on a new goroutine or a new OS thread; the returned closure
+/// joins it and re-raises its panic on the caller.
+fn start_on<T: Send + 'static>(
+    thread: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Box<dyn FnOnce() -> T + Send> {
+    if thread {
+        let h = std::thread::spawn(f);
+        Box::new(move || h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    } else {
+        let h = goro::spawn(f);
+        Box::new(move || h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+    }
+}
+
+/// `select!` with `recv(goro::time::after(d))` racing a sender's
+/// `send_timeout(v, d)` at the deadline, thousands of times: the select
+/// takes the value exactly when the send succeeds (no lost value, no
+/// double delivery), and a lost wake-up hangs the test (watchdog). The
+/// sender's busy-wait only moves it towards the deadline; no outcome
+/// depends on it.
+fn select_after_races(recv_thread: bool, send_thread: bool) {
+    let rounds = scale(3000);
+    let d = Duration::from_micros(200);
+    for i in 0..rounds {
+        let (tx, rx) = chan::<usize>(0);
+        // Kept until both sides are done: the sender's drop must not close
+        // the channel under a receiver still waiting.
+        let _keep = tx.clone();
+        let rx2 = rx.clone();
+        let r = start_on(recv_thread, move || {
+            goro::select! {
+                recv(rx2) -> v => { Some(v.unwrap()) },
+                recv(goro::time::after(d)) -> _t => { None },
+            }
+        });
+        // Most rounds arrive around the deadline (where the timer fires,
+        // late by the timer slack), a quarter anywhere in 0..2d.
+        let jitter = Duration::from_micros(if i % 4 == 0 {
+            ((i * 37) % 400) as u64
+        } else {
+            150 + ((i * 13) % 200) as u64
+        });
+        let s = start_on(send_thread, move || {
+            let t = Instant::now();
+            while t.elapsed() < jitter {
+                std::hint::spin_loop();
+            }
+            tx.send_timeout(i, d)
+        });
+        let (got, sent) = (r(), s());
+        match (got, sent) {
+            (Some(v), Ok(())) => assert_eq!(v, i, "round {i}: wrong value"),
+            (None, Err(goro::SendTimeoutError::Timeout(v))) => assert_eq!(v, i),
+            (got, sent) => panic!(
+                "round {i}: inconsistent outcome: select got {got:?}, send ok = {}",
+                sent.is_ok()
+            ),
+        }
+        assert!(rx.try_recv().is_err(), "round {i}: a value was left behind");
+    }
+}
+
+#[test]
+fn select_after_races_completion_goroutines() {
+    let _w = common::watchdog();
+    run(|| select_after_races(false, false));
+}
+
+#[test]
+fn select_after_races_completion_threads() {
+    let _w = common::watchdog();
+    select_after_races(true, true);
+}
+
+#[test]
+fn select_after_races_completion_mixed() {
+    let _w = common::watchdog();
+    run(|| {
+        select_after_races(true, false);
+        select_after_races(false, true);
+    });
 }

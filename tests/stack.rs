@@ -70,6 +70,7 @@ fn recurse_forever(n: u64) -> u64 {
 /// the overflow tests below with GORO_STACK_CHILD set.
 #[test]
 fn overflow_child() {
+    let _w = common::watchdog();
     let Ok(mode) = std::env::var(CHILD_ENV) else {
         return;
     };
@@ -224,6 +225,7 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
 /// process prints the goroutine's id and reservation and aborts.
 #[test]
 fn overflow_in_spawned_goroutine_aborts_with_message() {
+    let _w = common::watchdog();
     check_overflow_child("spawned", 256, 256 + 16);
 }
 
@@ -231,12 +233,14 @@ fn overflow_in_spawned_goroutine_aborts_with_message() {
 /// 8 MiB stack).
 #[test]
 fn overflow_in_run_goroutine_aborts_with_message() {
+    let _w = common::watchdog();
     check_overflow_child("run", 8 * 1024, 8 * 1024 + 16);
 }
 
 /// The named goroutine's report names it.
 #[test]
 fn overflow_report_names_the_goroutine() {
+    let _w = common::watchdog();
     let out = run_child("spawned");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let id = child_goroutine_id(&stderr);
@@ -252,6 +256,7 @@ fn overflow_report_names_the_goroutine() {
 /// 100 KiB of frames on a 256 KiB stack.
 #[test]
 fn deep_recursion_on_256k_stack() {
+    let _w = common::watchdog();
     run(|| {
         let h = goro::Builder::new()
             .stack_size(256 * KIB)
@@ -268,6 +273,7 @@ fn deep_recursion_on_256k_stack() {
 /// goroutine and in the run goroutine itself.
 #[test]
 fn deep_recursion_on_default_stack() {
+    let _w = common::watchdog();
     run(|| {
         let h = goro::go!(|| {
             let top = stack_pos();
@@ -283,6 +289,7 @@ fn deep_recursion_on_default_stack() {
 /// goroutine (possibly reusing that stack) does it again.
 #[test]
 fn deep_recursion_on_1m_stack() {
+    let _w = common::watchdog();
     run(|| {
         for tag in [1u8, 2] {
             let h = goro::Builder::new()
@@ -302,6 +309,7 @@ fn deep_recursion_on_1m_stack() {
 /// still holds its tag (stacks are disjoint, context switches preserve them).
 #[test]
 fn concurrent_deep_stacks_do_not_overlap() {
+    let _w = common::watchdog();
     run(|| {
         const N: usize = 64;
         let (release_tx, release_rx) = chan::<()>(0);
@@ -351,6 +359,7 @@ fn deep_then_panic(depth: usize, drops: &Arc<AtomicUsize>) -> usize {
 /// stack (running every frame's destructor) and join returns the payload.
 #[test]
 fn panic_unwinds_through_deep_goroutine_stack() {
+    let _w = common::watchdog();
     run(|| {
         let drops = Arc::new(AtomicUsize::new(0));
         let d = drops.clone();
@@ -371,6 +380,7 @@ fn panic_unwinds_through_deep_goroutine_stack() {
 /// (8 MiB): 4 MiB of frames fit (they would overflow the 256 KiB default).
 #[test]
 fn run_goroutine_has_main_thread_stack() {
+    let _w = common::watchdog();
     let frames = goro::run(|| {
         let top = stack_pos();
         use_stack(top, 4 * 1024 * KIB, 0x77, &|| {})
@@ -418,6 +428,7 @@ fn check_impossible_sizes(from: &str) {
 /// and from the test thread.
 #[test]
 fn impossible_stack_size_is_an_error() {
+    let _w = common::watchdog();
     run(|| check_impossible_sizes("goroutine"));
     std::thread::spawn(|| check_impossible_sizes("plain thread"))
         .join()
@@ -428,6 +439,7 @@ fn impossible_stack_size_is_an_error() {
 /// Config::stack_size: validate (and start) reject impossible sizes.
 #[test]
 fn impossible_config_stack_size_is_an_error() {
+    let _w = common::watchdog();
     for size in impossible_sizes() {
         let c = goro::Config::default().stack_size(size);
         assert!(
@@ -449,6 +461,7 @@ fn impossible_config_stack_size_is_an_error() {
 /// second may reuse the first's stack), and 2 MiB of it can be used.
 #[test]
 fn one_gib_stack_works() {
+    let _w = common::watchdog();
     run(|| {
         for tag in [3u8, 4] {
             let h = goro::Builder::new()
@@ -481,6 +494,7 @@ fn child_line(stderr: &str, key: &str) -> u32 {
 /// user hook set before the runtime started still handles plain threads.
 #[test]
 fn goroutine_panic_report_names_it() {
+    let _w = common::watchdog();
     let out = run_child("panic");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -516,6 +530,7 @@ fn goroutine_panic_report_names_it() {
 /// A hook set after the runtime started wins, on goroutines too.
 #[test]
 fn later_user_panic_hook_wins() {
+    let _w = common::watchdog();
     let out = run_child("laterhook");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

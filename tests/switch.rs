@@ -131,6 +131,7 @@ fn check_callee_saved(f: extern "C" fn()) -> u64 {
 /// keep every register busy with different values.
 #[test]
 fn switch_preserves_callee_saved_registers() {
+    let _w = common::watchdog();
     common::run(|| {
         let rounds = scale(20_000);
         let hs: Vec<_> = (0..4)

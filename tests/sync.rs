@@ -91,6 +91,7 @@ fn threads<F: Fn(usize) + Send + Sync + 'static>(
 /// exclude (at most one holder at a time).
 #[test]
 fn semaphore_hammer() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let s = Arc::new(Semaphore::new(1));
@@ -124,6 +125,7 @@ fn semaphore_hammer() {
 /// next one waits until a permit is released.
 #[test]
 fn semaphore_counting() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         const PERMITS: usize = 3;
@@ -182,6 +184,7 @@ fn semaphore_counting() {
 /// is woken by a goroutine's release and vice versa.
 #[test]
 fn semaphore_threads_and_goroutines() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let s = Arc::new(Semaphore::new(1));
     let inside = Arc::new(AtomicI32::new(0));
@@ -247,6 +250,7 @@ fn hammer_mutex(m: &Mutex<u64>, loops: usize) -> u64 {
 /// every critical section's increment must survive (mutual exclusion).
 #[test]
 fn mutex_basic_and_hammer() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let m = Arc::new(Mutex::new(0u64));
@@ -278,6 +282,7 @@ fn mutex_basic_and_hammer() {
 /// the woken waiter ever runs, so the waiter never wins) and with two.
 #[test]
 fn mutex_fairness() {
+    let _w = common::watchdog();
     let _w = watchdog();
     for p in [1, 2] {
         let _p = procs(p);
@@ -322,6 +327,7 @@ fn mutex_fairness() {
 /// goroutine, and the reverse: starvation mode hands the mutex across.
 #[test]
 fn mutex_fairness_mixed() {
+    let _w = common::watchdog();
     let _w = watchdog();
     for hog_is_thread in [true, false] {
         let mu = Arc::new(Mutex::new(()));
@@ -392,6 +398,7 @@ fn mutex_fairness_mixed() {
 /// every increment survives and no two holders overlap.
 #[test]
 fn mutex_goroutines_and_threads() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let m = Arc::new(Mutex::new(0u64));
     let inside = Arc::new(AtomicI32::new(0));
@@ -433,6 +440,7 @@ fn mutex_goroutines_and_threads() {
 /// and a holder that parks (sleep, channel) with the lock held is waited for.
 #[test]
 fn mutex_one_p_holder_parks() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let _p = procs(1);
     goro::run(|| {
@@ -482,6 +490,7 @@ fn mutex_one_p_holder_parks() {
 /// blocking its thread, and is woken by a goroutine's unlock.
 #[test]
 fn mutex_lock_inside_blocking() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let m = Arc::new(Mutex::new(0));
@@ -503,6 +512,7 @@ fn mutex_lock_inside_blocking() {
 /// mutex to be unlocked by a different goroutine).
 #[test]
 fn mutex_guard_sent_to_other_goroutine() {
+    let _w = common::watchdog();
     let _w = watchdog();
     static M: Mutex<u32> = Mutex::new(0);
     goro::run(|| {
@@ -528,6 +538,7 @@ fn mutex_guard_sent_to_other_goroutine() {
 /// A panic while holding the lock unlocks it; there is no poisoning.
 #[test]
 fn mutex_no_poisoning() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let m = Arc::new(Mutex::new(1));
     let m2 = m.clone();
@@ -581,6 +592,7 @@ fn parallel_readers(n: usize) {
 
 #[test]
 fn rwlock_parallel_readers() {
+    let _w = common::watchdog();
     let _w = watchdog();
     for (readers, p) in [(1, 4), (3, 4), (4, 2)] {
         let _p = procs(p);
@@ -651,6 +663,7 @@ fn hammer_rwmutex(readers: usize, iters: usize) {
 /// GOMAXPROCS 1, 4, 10 and 1..10 readers.
 #[test]
 fn rwlock_basic_and_hammer() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let m = RwLock::new(());
@@ -687,6 +700,7 @@ fn rwlock_basic_and_hammer() {
 /// by another; the write lock waits for both and excludes the next reads.
 #[test]
 fn rwlock_guards_across_goroutines() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let wl: &'static RwLock<()> = Box::leak(Box::new(RwLock::new(())));
     goro::run(move || {
@@ -731,6 +745,7 @@ fn rwlock_guards_across_goroutines() {
 /// in only after the writer.
 #[test]
 fn rwlock_pending_writer_blocks_new_readers() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let l = Arc::new(RwLock::new(Vec::<&'static str>::new()));
@@ -764,6 +779,7 @@ fn rwlock_pending_writer_blocks_new_readers() {
 /// Readers and writers from threads and goroutines on one RwLock.
 #[test]
 fn rwlock_goroutines_and_threads() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let l = Arc::new(RwLock::new(0u64));
     let activity = Arc::new(AtomicI32::new(0));
@@ -843,6 +859,7 @@ fn test_wait_group(wg1: &WaitGroup, wg2: &WaitGroup) {
 /// TestWaitGroup: the same pair of groups reused 8 times.
 #[test]
 fn waitgroup_barrier() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let (wg1, wg2) = (WaitGroup::new(), WaitGroup::new());
@@ -856,6 +873,7 @@ fn waitgroup_barrier() {
 /// leaves the group usable.
 #[test]
 fn waitgroup_negative_counter_panics() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let wg = WaitGroup::new();
     wg.add(1);
@@ -880,6 +898,7 @@ fn waitgroup_negative_counter_panics() {
 /// TestWaitGroupRace: wait never returns before both done() calls.
 #[test]
 fn waitgroup_race() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         for _ in 0..scale(1000) {
@@ -903,6 +922,7 @@ fn waitgroup_race() {
 /// both kinds; clones share one counter.
 #[test]
 fn waitgroup_threads_and_goroutines() {
+    let _w = common::watchdog();
     let _w = watchdog();
     for _ in 0..scale(50) {
         let wg = WaitGroup::new();
@@ -962,6 +982,7 @@ fn waitgroup_threads_and_goroutines() {
 /// visible to every caller when call_once returns.
 #[test]
 fn once_runs_once() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let once = Arc::new(Once::new());
@@ -989,6 +1010,7 @@ fn once_runs_once() {
 /// TestOncePanic: a panicking f counts as done; no poisoning.
 #[test]
 fn once_panic_counts_as_done() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let once = Once::new();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -1003,6 +1025,7 @@ fn once_panic_counts_as_done() {
 /// parks inside f) and all see its effect.
 #[test]
 fn once_threads_and_goroutines() {
+    let _w = common::watchdog();
     let _w = watchdog();
     let once = Arc::new(Once::new());
     let v = Arc::new(AtomicUsize::new(0));
@@ -1051,6 +1074,7 @@ fn once_threads_and_goroutines() {
 /// TestCondSignal: each notify_one wakes exactly one waiter.
 #[test]
 fn cond_signal() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let pair = Arc::new((Mutex::new(()), Cond::new()));
@@ -1097,6 +1121,7 @@ fn cond_signal() {
 /// TestCondSignalGenerations: notify_one wakes waiters first-in first-out.
 #[test]
 fn cond_signal_fifo() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let pair = Arc::new((Mutex::new(()), Cond::new()));
@@ -1138,6 +1163,7 @@ fn cond_signal_fifo() {
 /// after round.
 #[test]
 fn cond_broadcast() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let n = if qemu() { 40 } else { 200 };
@@ -1192,6 +1218,7 @@ fn cond_broadcast() {
 /// TestRace: the three-goroutine hand-over of cond_test.go.
 #[test]
 fn cond_race() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         let st = Arc::new((Mutex::new(0), Cond::new()));
@@ -1261,6 +1288,7 @@ fn cond_race() {
 /// wake the waiter that was already waiting.
 #[test]
 fn cond_signal_stealing() {
+    let _w = common::watchdog();
     let _w = watchdog();
     goro::run(|| {
         for _ in 0..scale(1000) {
@@ -1313,6 +1341,7 @@ fn cond_signal_stealing() {
 /// notify_one wakes them in the order they started waiting.
 #[test]
 fn cond_thread_waiters_fifo() {
+    let _w = common::watchdog();
     let _w = watchdog();
     // (threads that took their ticket, order of wake-ups), the "entered"
     // condition and the condition under test.
@@ -1352,4 +1381,128 @@ fn cond_thread_waiters_fifo() {
     for t in ths {
         t.join().unwrap();
     }
+}
+
+/// Mutex starvation round trip: a waiter that waited more than 1 ms and
+/// then lost the lock to a barging locker switches the mutex to starvation
+/// mode; once that last waiter has had the lock, the mutex is back in
+/// normal mode and `try_lock` on the unlocked mutex succeeds (a mutex stuck
+/// in starvation mode would refuse it for ever).
+#[test]
+fn mutex_starvation_round_trip() {
+    let _w = common::watchdog();
+    common::run(|| {
+        let m = Arc::new(Mutex::new(0u32));
+        let mut starved = false;
+        for attempt in 0..100 {
+            let mut g = m.lock();
+            let m2 = m.clone();
+            let w = goro::spawn(move || *m2.lock() += 1);
+            common::wait_parked(w.id());
+            // Keep the waiter waiting past the 1 ms threshold (a busy wait:
+            // the waiter must stay parked, not time out).
+            let t = std::time::Instant::now();
+            while t.elapsed() < Duration::from_millis(2) {
+                std::hint::spin_loop();
+            }
+            // Unlock and barge in again at once: the woken waiter usually
+            // finds the mutex locked, and having waited > 1 ms, starves it.
+            drop(g);
+            g = m.lock();
+            // Until the waiter has run again, or the mutex is starving.
+            for _ in 0..100_000 {
+                if m.__is_starving() || goro::__private::goroutine_parked(w.id()) == Some(true) {
+                    break;
+                }
+                goro::yield_now();
+            }
+            let s = m.__is_starving();
+            drop(g); // in starvation mode: a direct handoff to the waiter
+            w.join().unwrap();
+            assert_eq!(*m.lock(), attempt + 1);
+            assert!(
+                !m.__is_starving(),
+                "attempt {attempt}: the mutex stayed in starvation mode after its last waiter"
+            );
+            assert!(
+                m.try_lock().is_some(),
+                "attempt {attempt}: try_lock failed on an unlocked, uncontended mutex"
+            );
+            if s {
+                starved = true;
+                break;
+            }
+        }
+        assert!(starved, "the mutex never entered starvation mode");
+    });
+}
+
+/// Go's testSemaHandoff: a waiter parked in semacquire, a release with
+/// handoff, then both race a CAS on `res`; with a direct handoff the waiter
+/// runs first (the releaser yields its P to it). Other goroutines keep the
+/// Ps busy so the releaser is not picked up elsewhere at once.
+fn sema_handoff_once() -> bool {
+    use std::sync::atomic::AtomicU32;
+    let sema = Arc::new(AtomicU32::new(0));
+    let res = Arc::new(AtomicU32::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut hs = Vec::new();
+    for _ in 0..goro::max_procs() {
+        let done = done.clone();
+        hs.push(goro::spawn(move || {
+            while !done.load(SeqCst) {
+                goro::yield_now();
+            }
+        }));
+    }
+    {
+        let (sema, res, done) = (sema.clone(), res.clone(), done.clone());
+        hs.push(goro::spawn(move || {
+            goro::__private::semacquire(&sema);
+            let _ = res.compare_exchange(0, 1, SeqCst, SeqCst);
+            goro::__private::semrelease1(&sema, true);
+            done.store(true, SeqCst);
+        }));
+    }
+    while goro::__private::sem_nwait(&sema) == 0 {
+        goro::yield_now(); // wait for the goroutine to block in semacquire
+    }
+    // The crux: release with handoff and CAS at once, here and in the
+    // waiter; the waiter's CAS should come first.
+    goro::__private::semrelease1(&sema, true);
+    let _ = res.compare_exchange(0, 2, SeqCst, SeqCst);
+    for h in hs {
+        h.join().unwrap();
+    }
+    res.load(SeqCst) == 1
+}
+
+/// Go's TestSemaHandoff: as in Go, at least two thirds of the handoffs are
+/// direct (a statistical bound, not a timing one; Go sees > 90%).
+fn sema_handoff() {
+    let iter = scale(10_000);
+    let ok = (0..iter).filter(|_| sema_handoff_once()).count();
+    assert!(ok >= iter * 2 / 3, "direct handoff < 2/3: {ok} of {iter}");
+}
+
+#[test]
+fn sema_handoff_any_procs() {
+    let _w = common::watchdog();
+    common::run(sema_handoff);
+}
+
+/// TestSemaHandoff1: GOMAXPROCS = 1.
+#[test]
+fn sema_handoff1() {
+    let _w = common::watchdog();
+    let _p = procs(1);
+    common::run(sema_handoff);
+}
+
+/// TestSemaHandoff2: GOMAXPROCS = 2.
+#[test]
+fn sema_handoff2() {
+    let _w = common::watchdog();
+    let _p = procs(2);
+    common::run(sema_handoff);
 }

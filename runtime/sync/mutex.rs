@@ -386,6 +386,14 @@ impl<T: ?Sized> Mutex<T> {
         }
     }
 
+    /// Test hook, not API: whether the mutex is in starvation mode (racy
+    /// snapshot of the STARVING bit).
+    #[doc(hidden)]
+    pub fn __is_starving(&self) -> bool {
+        // Relaxed: a snapshot for tests; no data is published through it.
+        self.raw.state.load(Ordering::Relaxed) & STARVING != 0
+    }
+
     /// Mutable access without locking: `&mut self` proves no one else can
     /// hold the lock.
     pub fn get_mut(&mut self) -> &mut T {

@@ -35,3 +35,88 @@ pub fn run<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         }
     }
 }
+
+/// Hang detector for a whole test binary: a test holding the returned guard
+/// for longer than a generous limit (5 minutes, 30 under qemu) aborts the
+/// process with a message naming the binary and the tests still running,
+/// instead of hanging CI. No speed assertion: the limit is minutes. The
+/// first call starts one monitor thread for the process (a `static Once`).
+pub fn watchdog() -> Watch {
+    use std::sync::Once;
+    use std::time::{Duration, Instant};
+    static START: Once = Once::new();
+    let limit = Duration::from_secs(if qemu() { 1800 } else { 300 });
+    START.call_once(move || {
+        std::thread::Builder::new()
+            .name("test-watchdog".into())
+            .spawn(move || loop {
+                // Polling for a hang, not synchronisation.
+                std::thread::sleep(Duration::from_secs(1));
+                let running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
+                let hung: Vec<&String> = running
+                    .iter()
+                    .filter(|(_, t)| t.elapsed() > limit)
+                    .map(|(n, _)| n)
+                    .collect();
+                if !hung.is_empty() {
+                    let exe = std::env::current_exe()
+                        .ok()
+                        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+                        .unwrap_or_else(|| "?".into());
+                    let all: Vec<&String> = running.iter().map(|(n, _)| n).collect();
+                    // Not eprintln!: the harness captures it, and abort
+                    // would lose it.
+                    use std::io::Write;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "watchdog: test binary {exe}: {hung:?} still running after {limit:?} \
+                         (running: {all:?}); aborting"
+                    );
+                    std::process::abort();
+                }
+            })
+            .expect("starting the test watchdog");
+    });
+    let name = std::thread::current().name().unwrap_or("?").to_string();
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    RUNNING
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((format!("{name}#{id}"), Instant::now()));
+    Watch(format!("{name}#{id}"))
+}
+
+static RUNNING: std::sync::Mutex<Vec<(String, std::time::Instant)>> = std::sync::Mutex::new(Vec::new());
+static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A test registered with the [`watchdog`]; unregisters when dropped (also
+/// on panic).
+pub struct Watch(String);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        RUNNING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(n, _)| *n != self.0);
+    }
+}
+
+/// Waits until the goroutine `id` is parked (status Waiting), so that a test
+/// acts on a peer that really sleeps (e.g. closes a channel under a parked
+/// receiver) rather than one still on its way. Yields meanwhile (as a
+/// goroutine, or as a thread). Panics if the goroutine exits first.
+pub fn wait_parked(id: u64) {
+    loop {
+        match goro::__private::goroutine_parked(id) {
+            Some(true) => return,
+            Some(false) => {}
+            None => panic!("goroutine {id} exited before it parked"),
+        }
+        if goro::current_id().is_some() {
+            goro::yield_now();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
