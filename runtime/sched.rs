@@ -828,12 +828,76 @@ fn stoplockedm(m: &M) {
     let pp = m.p.get();
     if !pp.is_null() {
         releasep(m);
-        handoffp(pp);
+        // SAFETY: pp was ours until releasep and nobody else has it yet.
+        match handoff_to_locked(m, unsafe { &*pp }) {
+            LockedHandoff::Handed => {}
+            LockedHandoff::No => handoffp(pp),
+        }
     }
     m.park.sleep();
     m.park.clear();
     let pp = m.nextp.replace(ptr::null_mut());
     acquirep(m, pp);
+}
+
+/// Direct hand-off for locked and pinned Gs (not in Go): if the next G
+/// this P would run is locked to another, sleeping M — typically another
+/// goroutine preempted in pinned mode — give the P straight to that M
+/// instead of waking a third M only for it to call startlockedm. Halves
+/// the thread wake-ups per pinned preemption when hogs take turns. A G
+/// that is not locked goes back to the head of the P's queue. Returns
+/// what happened. g0, with `pp` released by `m`.
+enum LockedHandoff {
+    /// The P went to the M of the next G.
+    Handed,
+    /// Nothing to hand directly: the caller uses handoffp.
+    No,
+}
+
+fn handoff_to_locked(m: &M, pp: &P) -> LockedHandoff {
+    if SCHED.gcwaiting.load(Ordering::Acquire) {
+        return LockedHandoff::No;
+    }
+    // Due timers are run by findRunnable on the M handoffp starts; a
+    // direct hand-off would skip them (and, between preempted hogs, could
+    // skip them for ever).
+    let w = pp.timers.next_when();
+    if w != 0 && w <= os::nanotime() {
+        return LockedHandoff::No;
+    }
+    let (gp, inherit) = match pp.runq.get() {
+        Some(x) => x,
+        None => {
+            if SCHED.runqsize.load(Ordering::Relaxed) == 0 {
+                return LockedHandoff::No;
+            }
+            let gp = SCHED.lock.lock().globrunqget(pp, 1);
+            if gp.is_null() {
+                return LockedHandoff::No;
+            }
+            (gp, false)
+        }
+    };
+    // SAFETY: gp is Runnable and ours (dequeued).
+    let lm = unsafe { (*gp).lockedm.get() };
+    if lm.is_null() || ptr::eq(lm, m) {
+        // Not for another M (our own G must go through findRunnable, or a
+        // yielding locked G would starve the rest): back to the head of
+        // the queue (runnext).
+        pp.runq.put(gp, true, |batch| {
+            let mut s = SCHED.lock.lock();
+            for &g in batch {
+                s.globrunqput(g);
+            }
+        });
+        let _ = inherit;
+        return LockedHandoff::No;
+    }
+    // SAFETY: lm is asleep in stoplockedm waiting for exactly this G.
+    let lm = unsafe { &*lm };
+    lm.nextp.set(pp as *const P as *mut P);
+    lm.park.wakeup();
+    LockedHandoff::Handed
 }
 
 /// Go's startlockedm: `gp` (Runnable) is locked to another M: give that M
