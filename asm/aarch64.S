@@ -33,23 +33,9 @@
     .globl goro_asm_start
 goro_asm_start:
 
-// SAVE_FRAME: push a SwitchFrame (callee-saved registers, d8-d15) with CFI
-// for each. Clobbers nothing else.
-    .macro SAVE_FRAME
-    sub sp, sp, #176                // room for the frame
-    .cfi_def_cfa_offset 176
-    stp x19, x20, [sp, #0]          // callee-saved GPRs
-    stp x21, x22, [sp, #16]
-    stp x23, x24, [sp, #32]
-    stp x25, x26, [sp, #48]
-    stp x27, x28, [sp, #64]
-    stp x29, x30, [sp, #80]         // frame pointer and return address
-    stp d8, d9, [sp, #96]           // callee-saved FP halves
-    stp d10, d11, [sp, #112]
-    stp d12, d13, [sp, #128]
-    stp d14, d15, [sp, #144]
-    // CFI for every saved register (CFA = sp + 176), so unwinders and
-    // debuggers recover the caller's x19-x30 and d8-d15 through a switch.
+// FRAME_CFI: where a SwitchFrame holds each callee-saved register, for a
+// CFA of sp + 176 (used where the frame is pushed and where it is popped).
+    .macro FRAME_CFI
     .cfi_offset x19, -176
     .cfi_offset x20, -168
     .cfi_offset x21, -160
@@ -70,6 +56,26 @@ goro_asm_start:
     .cfi_offset d13, -40
     .cfi_offset d14, -32
     .cfi_offset d15, -24
+    .endm
+
+// SAVE_FRAME: push a SwitchFrame (callee-saved registers, d8-d15) with CFI
+// for each. Clobbers nothing else.
+    .macro SAVE_FRAME
+    sub sp, sp, #176                // room for the frame
+    .cfi_def_cfa_offset 176
+    stp x19, x20, [sp, #0]          // callee-saved GPRs
+    stp x21, x22, [sp, #16]
+    stp x23, x24, [sp, #32]
+    stp x25, x26, [sp, #48]
+    stp x27, x28, [sp, #64]
+    stp x29, x30, [sp, #80]         // frame pointer and return address
+    stp d8, d9, [sp, #96]           // callee-saved FP halves
+    stp d10, d11, [sp, #112]
+    stp d12, d13, [sp, #128]
+    stp d14, d15, [sp, #144]
+    // CFI for every saved register (CFA = sp + 176), so unwinders and
+    // debuggers recover the caller's x19-x30 and d8-d15 through a switch.
+    FRAME_CFI
 
     .endm
 
@@ -104,26 +110,7 @@ goro_gogo:
 goro_restore:
     .cfi_startproc
     .cfi_def_cfa sp, 176
-    .cfi_offset x19, -176
-    .cfi_offset x20, -168
-    .cfi_offset x21, -160
-    .cfi_offset x22, -152
-    .cfi_offset x23, -144
-    .cfi_offset x24, -136
-    .cfi_offset x25, -128
-    .cfi_offset x26, -120
-    .cfi_offset x27, -112
-    .cfi_offset x28, -104
-    .cfi_offset x29, -96
-    .cfi_offset x30, -88
-    .cfi_offset d8, -80
-    .cfi_offset d9, -72
-    .cfi_offset d10, -64
-    .cfi_offset d11, -56
-    .cfi_offset d12, -48
-    .cfi_offset d13, -40
-    .cfi_offset d14, -32
-    .cfi_offset d15, -24
+    FRAME_CFI
     ldp d8, d9, [sp, #96]
     ldp d10, d11, [sp, #112]
     ldp d12, d13, [sp, #128]
