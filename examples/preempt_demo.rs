@@ -22,7 +22,9 @@ fn main() {
             goro::time::sleep(Duration::from_millis(10));
             let late = t.elapsed().saturating_sub(Duration::from_millis(10));
             worst = worst.max(late);
-            if std::env::var("V").is_ok() { eprint!("{:.1} ", late.as_secs_f64() * 1e3); }
+            if std::env::var("V").is_ok() {
+                eprint!("{:.1} ", late.as_secs_f64() * 1e3);
+            }
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         hog.join().unwrap();

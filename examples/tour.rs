@@ -115,65 +115,81 @@ fn main() {
     let trace_path2 = trace_path.clone();
     goro::run(move || {
         let trace_path = trace_path2;
-        let p = step("sieve: the 2,000th prime by a chain of goroutines", || sieve(2000));
+        let p = step("sieve: the 2,000th prime by a chain of goroutines", || {
+            sieve(2000)
+        });
         println!("    -> {p}");
 
-        let id = step("thread ring: 503 goroutines pass a token 1,000,000 times", || {
-            thread_ring(1_000_000)
-        });
+        let id = step(
+            "thread ring: 503 goroutines pass a token 1,000,000 times",
+            || thread_ring(1_000_000),
+        );
         println!("    -> goroutine {id} holds the token at zero");
 
-        step(&format!("{parked} goroutines parked on a channel, then released"), || {
-            let (tx, rx) = goro::chan::<()>(0);
-            let hs: Vec<_> = (0..parked)
-                .map(|_| {
-                    let rx = rx.clone();
-                    goro::go!(move || {
-                        let _ = rx.recv();
+        step(
+            &format!("{parked} goroutines parked on a channel, then released"),
+            || {
+                let (tx, rx) = goro::chan::<()>(0);
+                let hs: Vec<_> = (0..parked)
+                    .map(|_| {
+                        let rx = rx.clone();
+                        goro::go!(move || {
+                            let _ = rx.recv();
+                        })
                     })
-                })
-                .collect();
-            while goro::num_goroutine() < parked {
-                goro::yield_now();
-            }
-            println!("    {} goroutines alive, {}", goro::num_goroutine(), sched_line());
-            drop(tx); // closing the channel releases every receiver
-            for h in hs {
-                h.join().unwrap();
-            }
-        });
+                    .collect();
+                while goro::num_goroutine() < parked {
+                    goro::yield_now();
+                }
+                println!(
+                    "    {} goroutines alive, {}",
+                    goro::num_goroutine(),
+                    sched_line()
+                );
+                drop(tx); // closing the channel releases every receiver
+                for h in hs {
+                    h.join().unwrap();
+                }
+            },
+        );
 
         // The last steps are traced (the ones above would write millions
         // of events).
         goro::trace::start(&trace_path).expect("start the trace");
-        step("a CPU loop (no runtime calls) beside a 10 ms ticker", || {
-            let stop = Arc::new(AtomicBool::new(false));
-            let hogs: Vec<_> = (0..goro::max_procs())
-                .map(|_| {
-                    let stop = stop.clone();
-                    goro::go!(move || {
-                        let mut x = 1u64;
-                        while !stop.load(Ordering::Relaxed) {
-                            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
-                        }
-                        x
+        step(
+            "a CPU loop (no runtime calls) beside a 10 ms ticker",
+            || {
+                let stop = Arc::new(AtomicBool::new(false));
+                let hogs: Vec<_> = (0..goro::max_procs())
+                    .map(|_| {
+                        let stop = stop.clone();
+                        goro::go!(move || {
+                            let mut x = 1u64;
+                            while !stop.load(Ordering::Relaxed) {
+                                x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                            }
+                            x
+                        })
                     })
-                })
-                .collect();
-            let tick = goro::time::tick(Duration::from_millis(10));
-            let mut worst = Duration::ZERO;
-            let mut last = Instant::now();
-            for _ in 0..30 {
-                tick.recv().unwrap();
-                worst = worst.max(last.elapsed());
-                last = Instant::now();
-            }
-            stop.store(true, Ordering::Relaxed);
-            for h in hogs {
-                h.join().unwrap();
-            }
-            println!("    -> 30 ticks, longest gap {:.1} ms (the loops were preempted)", worst.as_secs_f64() * 1e3);
-        });
+                    .collect();
+                let tick = goro::time::tick(Duration::from_millis(10));
+                let mut worst = Duration::ZERO;
+                let mut last = Instant::now();
+                for _ in 0..30 {
+                    tick.recv().unwrap();
+                    worst = worst.max(last.elapsed());
+                    last = Instant::now();
+                }
+                stop.store(true, Ordering::Relaxed);
+                for h in hogs {
+                    h.join().unwrap();
+                }
+                println!(
+                    "    -> 30 ticks, longest gap {:.1} ms (the loops were preempted)",
+                    worst.as_secs_f64() * 1e3
+                );
+            },
+        );
 
         for guarded in [true, false] {
             let name = if guarded {
@@ -187,7 +203,9 @@ fn main() {
                         goro::go!(move || {
                             for _ in 0..5 {
                                 if guarded {
-                                    goro::blocking(|| std::thread::sleep(Duration::from_millis(50)));
+                                    goro::blocking(|| {
+                                        std::thread::sleep(Duration::from_millis(50))
+                                    });
                                 } else {
                                     std::thread::sleep(Duration::from_millis(50));
                                 }
@@ -201,44 +219,50 @@ fn main() {
             });
         }
 
-        step("echo server (goro::net): 200 clients x 100 round trips", || {
-            let l = goro::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let addr = l.local_addr().unwrap();
-            goro::go!(move || {
-                for s in l.incoming() {
-                    let Ok(mut s) = s else { continue };
-                    goro::go!(move || {
-                        let mut buf = [0u8; 4096];
-                        while let Ok(n) = s.read(&mut buf) {
-                            if n == 0 || s.write_all(&buf[..n]).is_err() {
-                                return;
+        step(
+            "echo server (goro::net): 200 clients x 100 round trips",
+            || {
+                let l = goro::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = l.local_addr().unwrap();
+                goro::go!(move || {
+                    for s in l.incoming() {
+                        let Ok(mut s) = s else { continue };
+                        goro::go!(move || {
+                            let mut buf = [0u8; 4096];
+                            while let Ok(n) = s.read(&mut buf) {
+                                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                                    return;
+                                }
                             }
-                        }
-                    });
-                }
-            });
-            let bytes = Arc::new(AtomicU64::new(0));
-            let hs: Vec<_> = (0..200)
-                .map(|i| {
-                    let bytes = bytes.clone();
-                    goro::go!(move || {
-                        let mut c = goro::net::TcpStream::connect(addr).unwrap();
-                        let msg = format!("hello from client {i:04}");
-                        let mut back = vec![0u8; msg.len()];
-                        for _ in 0..100 {
-                            c.write_all(msg.as_bytes()).unwrap();
-                            c.read_exact(&mut back).unwrap();
-                            assert_eq!(back, msg.as_bytes());
-                            bytes.fetch_add(back.len() as u64, Ordering::Relaxed);
-                        }
+                        });
+                    }
+                });
+                let bytes = Arc::new(AtomicU64::new(0));
+                let hs: Vec<_> = (0..200)
+                    .map(|i| {
+                        let bytes = bytes.clone();
+                        goro::go!(move || {
+                            let mut c = goro::net::TcpStream::connect(addr).unwrap();
+                            let msg = format!("hello from client {i:04}");
+                            let mut back = vec![0u8; msg.len()];
+                            for _ in 0..100 {
+                                c.write_all(msg.as_bytes()).unwrap();
+                                c.read_exact(&mut back).unwrap();
+                                assert_eq!(back, msg.as_bytes());
+                                bytes.fetch_add(back.len() as u64, Ordering::Relaxed);
+                            }
+                        })
                     })
-                })
-                .collect();
-            for h in hs {
-                h.join().unwrap();
-            }
-            println!("    -> {} bytes echoed, every byte checked", bytes.load(Ordering::Relaxed));
-        });
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                println!(
+                    "    -> {} bytes echoed, every byte checked",
+                    bytes.load(Ordering::Relaxed)
+                );
+            },
+        );
     });
 
     goro::trace::stop().expect("write the trace");

@@ -338,7 +338,8 @@ impl Hchan {
         // SAFETY: lock held; sg lives on this stack until we are woken and
         // no longer queued (the waker dequeues it before readying us).
         unsafe { self.st().sendq.enqueue(&mut sg) };
-        // SAFETY: we hold the lock and are queued; park releases the lock.
+        // SAFETY: we hold the lock (taken through Hchan::lock, a critical
+        // section) and are queued; park releases the lock on g0.
         unsafe { sg.park_unlock(self, crate::waitreason::WaitReason::ChanSend) };
         if sg.success {
             Try::Done
@@ -381,7 +382,8 @@ impl Hchan {
         let mut sg = Sudog::new_current(&mut parker, ep);
         // SAFETY: as in send.
         unsafe { self.st().recvq.enqueue(&mut sg) };
-        // SAFETY: as in send.
+        // SAFETY: we hold the lock (taken through Hchan::lock, a critical
+        // section) and are queued; park releases the lock on g0.
         unsafe { sg.park_unlock(self, crate::waitreason::WaitReason::ChanReceive) };
         if sg.success {
             Try::Done

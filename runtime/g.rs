@@ -5,7 +5,9 @@ use crate::m::M;
 use crate::stack::Stack;
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 /// Go's G statuses (runtime2.go, same numbers). Each says who owns the G's
 /// stack and whether the G is on a queue.

@@ -56,9 +56,9 @@
 mod arch;
 mod atomic;
 mod block_on;
+mod chan;
 mod deadlock;
 mod dump;
-mod chan;
 mod g;
 mod local;
 mod m;
@@ -86,11 +86,11 @@ pub mod sync;
 pub mod time;
 pub mod trace;
 
+pub use block_on::block_on;
 pub use chan::{
     chan, never, IntoIter, Iter, Receiver, RecvError, RecvTimeoutError, SendError,
     SendTimeoutError, Sender, TryIter, TryRecvError, TrySendError,
 };
-pub use block_on::block_on;
 pub use dump::dump;
 pub use local::LocalKey;
 pub use preempt::PreemptMode;

@@ -28,12 +28,7 @@ pub(crate) fn mcall_locked(f: arch::McallFn) {
     unsafe {
         let m = &*getm();
         let gp = m.curg.get();
-        arch::mcall(
-            (*gp).gobuf(),
-            m.g0_sp.get(),
-            f,
-            gp.cast(),
-        );
+        arch::mcall((*gp).gobuf(), m.g0_sp.get(), f, gp.cast());
     }
 }
 
@@ -106,7 +101,8 @@ pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason
     // Relaxed: diagnostics read racily by the dump; park_m's status CAS
     // (Release) publishes them to whoever readies the G anyway.
     g.waitreason.store(reason as u8, Ordering::Relaxed);
-    g.waitsince.store(crate::waitreason::park_clock(), Ordering::Relaxed);
+    g.waitsince
+        .store(crate::waitreason::park_clock(), Ordering::Relaxed);
     crate::preempt::pin_if_panicking(m, m.curg.get());
     m.waitunlockf.set(unlockf);
     m.waitlock.set(arg);
@@ -273,7 +269,8 @@ pub(crate) fn preempt_check() {
     }
     // SAFETY: this thread's M; curg is owned by it.
     let gp = unsafe { (*mp).curg.get() };
-    // SAFETY: gp is the running G (never freed) or null.
+    // SAFETY: gp is this M's running G (Gs are never freed) or null, and
+    // `preempt` is an atomic any thread may read.
     if gp.is_null() || !unsafe { (*gp).preempt.load(Ordering::Relaxed) } {
         return;
     }
@@ -291,7 +288,8 @@ fn preempt_check_slow(gp: *mut G) {
     crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
     if crate::trace::on() {
         let ml = crate::m::MLock::new();
-        // SAFETY: as above.
+        // SAFETY: gp is the running G; its goid is written only by the G's
+        // owner, which is us.
         crate::trace::preempt(unsafe { (*gp).goid.get() }, false);
         drop(ml);
     }
@@ -389,7 +387,8 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
             g.cas_status(GStatus::Runnable, GStatus::Running);
             m.curg.set(gp);
             g.m.set(m as *const M as *mut M);
-            // SAFETY: gp's context was saved by mcall; we own it.
+            // SAFETY: gp's context was saved by the mcall into exitsyscall0;
+            // the status CAS above made it ours; g0's frames are dead.
             unsafe { arch::gogo((*g.gobuf()).sp) }
         }
         None => {

@@ -1080,8 +1080,9 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
         let p = unsafe { &*m.p.get() };
         p.schedtick.set(p.schedtick.get().wrapping_add(1));
     }
-    // SAFETY: gp's context was saved by mcall or built by newproc; the
-    // status CAS above gave us exclusive ownership; g0's frames are dead.
+    // SAFETY: gp's context was saved by mcall (or by the preemption
+    // trampoline's mcall) or built by newproc; the status CAS above gave us
+    // exclusive ownership; g0's frames are dead.
     unsafe { arch::gogo((*g.gobuf()).sp) }
 }
 

@@ -307,7 +307,11 @@ fn block_forever(deadline: Option<i64>) -> Selected {
         }
         None => loop {
             if park::in_goroutine() {
-                park::gopark(None, ptr::null_mut(), crate::waitreason::WaitReason::SelectNoCases);
+                park::gopark(
+                    None,
+                    ptr::null_mut(),
+                    crate::waitreason::WaitReason::SelectNoCases,
+                );
             } else {
                 Parker::new().park();
             }

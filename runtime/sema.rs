@@ -283,7 +283,7 @@ pub(crate) fn semrelease(addr: &AtomicU32, handoff: bool) {
 #[inline(never)]
 fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
     crate::preempt::reacquire(); // a detached G takes its P back first
-        crate::m::acquirem(); // runtime critical section (Go's lock)
+    crate::m::acquirem(); // runtime critical section (Go's lock)
     root.lock.lock();
     // Re-check under the lock (SeqCst: as at (b)).
     if root.nwait.load(Ordering::SeqCst) == 0 {

@@ -104,19 +104,18 @@ fn sysmon() -> ! {
         // While a P is busy, wake often enough to keep the time slice to
         // within a quarter of it (1 ms for the default 10 ms).
         let busy_max = BUSY_MAX_DELAY_US.min((force_preempt_ns / 4_000).max(20) as u64);
-        crate::os::usleep(if busy {
-            delay.min(busy_max)
-        } else {
-            delay
-        });
+        crate::os::usleep(if busy { delay.min(busy_max) } else { delay });
         let now = crate::os::nanotime();
         crate::waitreason::set_park_clock(now); // gopark's waitsince stamp (issue 12)
-        // Go's sysmon timer check: a due timer on some P while nobody is
-        // looking (all Ms asleep, none in netpoll) gets an M.
-        // GODEBUG=gorosysmonrescue=0 (a test knob) turns off both rescues
-        // below so that tests see lost wake-ups as hangs.
+                                                // Go's sysmon timer check: a due timer on some P while nobody is
+                                                // looking (all Ms asleep, none in netpoll) gets an M.
+                                                // GODEBUG=gorosysmonrescue=0 (a test knob) turns off both rescues
+                                                // below so that tests see lost wake-ups as hangs.
         let rescue = crate::SYSMON_RESCUE.load(Ordering::Relaxed);
-        if rescue && SCHED.npidle.load(Ordering::Relaxed) > 0 && SCHED.lastpoll.load(Ordering::Relaxed) != 0 {
+        if rescue
+            && SCHED.npidle.load(Ordering::Relaxed) > 0
+            && SCHED.lastpoll.load(Ordering::Relaxed) != 0
+        {
             let due = (0..sched::gomaxprocs()).any(|i| {
                 let w = sched::allp(i).timers.next_when();
                 w != 0 && w < now - 1_000_000
@@ -130,7 +129,10 @@ fn sysmon() -> ! {
         // a spinner keeps a stolen G in its queue while the last idle P
         // appears (its M gave up without spinning), and relies on
         // preempting the busy Gs to get there; goro wakes a spinner.
-        if rescue && SCHED.npidle.load(Ordering::SeqCst) > 0 && SCHED.nmspinning.load(Ordering::SeqCst) == 0 {
+        if rescue
+            && SCHED.npidle.load(Ordering::SeqCst) > 0
+            && SCHED.nmspinning.load(Ordering::SeqCst) == 0
+        {
             let stranded = SCHED.runqsize.load(Ordering::Relaxed) > 0
                 || (0..sched::gomaxprocs()).any(|i| {
                     let p = sched::allp(i);

@@ -271,8 +271,8 @@ impl Timer {
     fn is_stale(&self) -> bool {
         match &self.action {
             Action::SelTimeout { gp, seq } => {
-                // SAFETY: Gs are never freed; a racy read only decides
-                // whether to drop a timer whose CAS would fail anyway
+                // SAFETY: Gs are never freed and selgen is atomic; a racy
+                // read only decides whether to drop a timer whose CAS would fail anyway
                 // (generations only grow, so stale stays stale).
                 unsafe { (**gp).selgen.load(Ordering::Relaxed) != 2 * seq }
             }

@@ -304,7 +304,11 @@ pub fn stop() -> io::Result<()> {
                 f,
                 r#"{{"name":"preempt","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"goid":{},"kind":"{}"}}}}"#,
                 e.goid,
-                if matches!(e.kind, Kind::PreemptAsync) { "async" } else { "coop" }
+                if matches!(e.kind, Kind::PreemptAsync) {
+                    "async"
+                } else {
+                    "coop"
+                }
             )?,
             Kind::SyscallHandoff => write!(
                 f,

@@ -96,7 +96,9 @@ const ONE_P: (&str, &str) = ("GOMAXPROCS", "1");
 fn spin_until(stop: &AtomicBool) -> u64 {
     let mut x = 1u64;
     while !stop.load(Relaxed) {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
     }
     x
 }
@@ -537,9 +539,17 @@ fn register_state_survives_preemption() {
                 let bad: i32 = hs.into_iter().map(|h| h.join().unwrap()).sum();
                 let st = goro::stats();
                 println!("{st:?}");
-                assert_eq!(bad, 0, "corrupted results after {} preemptions", st.preemptions_async);
+                assert_eq!(
+                    bad, 0,
+                    "corrupted results after {} preemptions",
+                    st.preemptions_async
+                );
                 let want = if qemu() { 5 } else { 200 };
-                assert!(st.preemptions_async >= want, "only {} preemptions", st.preemptions_async);
+                assert!(
+                    st.preemptions_async >= want,
+                    "only {} preemptions",
+                    st.preemptions_async
+                );
             })
         },
     );
@@ -578,10 +588,21 @@ fn pinned_println_hogs() {
     }
     let out = spawn_child(name, &[ONE_P, ("GODEBUG", "gorotimeslice=200")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut counts = [0usize; 4];
     for l in stdout.lines() {
-        if l.starts_with("running ") || l.starts_with("test ") || l.is_empty() || l.contains("test result") || l.starts_with("successes") || l == "ok" {
+        if l.starts_with("running ")
+            || l.starts_with("test ")
+            || l.is_empty()
+            || l.contains("test result")
+            || l.starts_with("successes")
+            || l == "ok"
+        {
             continue;
         }
         let (i, rest) = l.split_once(' ').unwrap_or(("x", l));
@@ -658,7 +679,11 @@ fn window() {
         *b = v + 1;
     });
     INSIDE.with(|f| f.set(false));
-    assert_eq!(tid, std::thread::current().id(), "resumed on another thread");
+    assert_eq!(
+        tid,
+        std::thread::current().id(),
+        "resumed on another thread"
+    );
 }
 
 /// A hog holding a `std::sync::Mutex` while preempted does not deadlock
@@ -715,7 +740,9 @@ fn pinned_limit() {
                         goro::spawn(|| {
                             let t = Instant::now();
                             let mut x = 0u64;
-                            while t.elapsed() < Duration::from_millis(if qemu() { 300 } else { 100 }) {
+                            while t.elapsed()
+                                < Duration::from_millis(if qemu() { 300 } else { 100 })
+                            {
                                 x = std::hint::black_box(x + 1);
                             }
                             x
@@ -813,7 +840,11 @@ fn blocking_overlap(guarded: bool) {
     // Serialised on one P it takes 4 s; overlapped, ~0.5 s.
     let bound = Duration::from_millis(if qemu() { 3500 } else { 2500 });
     assert!(el < bound, "8 × 10 × 50 ms sleeps took {el:?}");
-    assert!(ticks.load(SeqCst) >= 10, "ticker starved: {}", ticks.load(SeqCst));
+    assert!(
+        ticks.load(SeqCst) >= 10,
+        "ticker starved: {}",
+        ticks.load(SeqCst)
+    );
     assert!(pongs >= 10, "channel traffic starved: {pongs}");
     assert!(st.syscalls_handed_off >= 7, "{st:?}");
 }
@@ -903,65 +934,72 @@ fn detected_read_no_eintr() {
 /// the runtime started still receives the user's signals.
 #[test]
 fn user_sigurg() {
-    child("user_sigurg", &[ONE_P, ("GODEBUG", "gorotimeslice=500")], || {
-        static USER: AtomicUsize = AtomicUsize::new(0);
-        extern "C" fn handler(_: libc::c_int) {
-            USER.fetch_add(1, SeqCst);
-        }
-        // SAFETY: installing a plain handler before the runtime starts.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler as *const () as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut());
-        }
-        goro::run(|| {
-            let stop = Arc::new(AtomicBool::new(false));
-            let hogs: Vec<_> = (0..2)
-                .map(|_| {
-                    let stop = stop.clone();
-                    goro::spawn(move || spin_until(&stop))
-                })
-                .collect();
-            // The hogs get preempted by goro's own SIGURGs meanwhile.
-            while goro::stats().preemptions_async < 3 {
-                goro::yield_now();
+    child(
+        "user_sigurg",
+        &[ONE_P, ("GODEBUG", "gorotimeslice=500")],
+        || {
+            static USER: AtomicUsize = AtomicUsize::new(0);
+            extern "C" fn handler(_: libc::c_int) {
+                USER.fetch_add(1, SeqCst);
             }
-            let (tx, rx) = goro::chan::<u64>(0);
-            let sum = goro::spawn(move || rx.iter().sum::<u64>());
-            for i in 0..200u64 {
-                if i % 10 == 0 {
-                    // Standard signals coalesce while pending: wait for each
-                    // to reach the user's handler before sending the next.
-                    let before = USER.load(SeqCst);
-                    // SAFETY: signalling our own process.
-                    unsafe { libc::kill(libc::getpid(), libc::SIGURG) };
-                    let t = Instant::now();
-                    while USER.load(SeqCst) == before {
-                        assert!(t.elapsed() < Duration::from_secs(20), "user handler not called");
-                        goro::yield_now();
-                    }
+            // SAFETY: installing a plain handler before the runtime starts.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = handler as *const () as usize;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigaction(libc::SIGURG, &sa, std::ptr::null_mut());
+            }
+            goro::run(|| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let hogs: Vec<_> = (0..2)
+                    .map(|_| {
+                        let stop = stop.clone();
+                        goro::spawn(move || spin_until(&stop))
+                    })
+                    .collect();
+                // The hogs get preempted by goro's own SIGURGs meanwhile.
+                while goro::stats().preemptions_async < 3 {
+                    goro::yield_now();
                 }
-                tx.send(i).unwrap();
-            }
-            drop(tx);
-            assert_eq!(sum.join().unwrap(), 199 * 200 / 2);
-            // The sends may all have run before a hog did (runnext
-            // ping-pong inherits the time slice): let the hogs run until
-            // goro has sent preemption signals of its own, or the test is
-            // void. A hang here fails in the child's watchdog.
-            while goro::stats().preempt_signals == 0 {
-                goro::yield_now();
-            }
-            stop.store(true, SeqCst);
-            for h in hogs {
-                h.join().unwrap();
-            }
-            // Exactly the user's signals reached the user's handler (none
-            // of goro's many preemption signals did).
-            assert_eq!(USER.load(SeqCst), 20);
-        })
-    });
+                let (tx, rx) = goro::chan::<u64>(0);
+                let sum = goro::spawn(move || rx.iter().sum::<u64>());
+                for i in 0..200u64 {
+                    if i % 10 == 0 {
+                        // Standard signals coalesce while pending: wait for each
+                        // to reach the user's handler before sending the next.
+                        let before = USER.load(SeqCst);
+                        // SAFETY: signalling our own process.
+                        unsafe { libc::kill(libc::getpid(), libc::SIGURG) };
+                        let t = Instant::now();
+                        while USER.load(SeqCst) == before {
+                            assert!(
+                                t.elapsed() < Duration::from_secs(20),
+                                "user handler not called"
+                            );
+                            goro::yield_now();
+                        }
+                    }
+                    tx.send(i).unwrap();
+                }
+                drop(tx);
+                assert_eq!(sum.join().unwrap(), 199 * 200 / 2);
+                // The sends may all have run before a hog did (runnext
+                // ping-pong inherits the time slice): let the hogs run until
+                // goro has sent preemption signals of its own, or the test is
+                // void. A hang here fails in the child's watchdog.
+                while goro::stats().preempt_signals == 0 {
+                    goro::yield_now();
+                }
+                stop.store(true, SeqCst);
+                for h in hogs {
+                    h.join().unwrap();
+                }
+                // Exactly the user's signals reached the user's handler (none
+                // of goro's many preemption signals did).
+                assert_eq!(USER.load(SeqCst), 20);
+            })
+        },
+    );
 }
 
 /// Preemption requested while goroutines are deep in libc (memcpy, strlen),
@@ -1078,7 +1116,10 @@ fn park_while_unwinding_keeps_panic_state() {
             assert!(unwinder.join().is_err());
             assert!(!panicking, "the innocent goroutine saw thread::panicking()");
             assert!(!poisoned, "the innocent goroutine poisoned a std Mutex");
-            assert!(after.load(SeqCst), "the unwinding goroutine lost its panic state");
+            assert!(
+                after.load(SeqCst),
+                "the unwinding goroutine lost its panic state"
+            );
             assert_eq!(goro::stats().pinned_threads, 0);
         })
     });
@@ -1158,8 +1199,14 @@ fn ctx_switches() -> u64 {
     for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
         for l in s.lines() {
-            if l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches") {
-                n += l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            if l.starts_with("voluntary_ctxt_switches")
+                || l.starts_with("nonvoluntary_ctxt_switches")
+            {
+                n += l
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
             }
         }
     }

@@ -527,14 +527,22 @@ fn num_goroutine() {
         for h in &hs {
             common::wait_parked(h.id());
         }
-        assert_eq!(goro::num_goroutine(), base + K, "num_goroutine with {K} parked goroutines");
+        assert_eq!(
+            goro::num_goroutine(),
+            base + K,
+            "num_goroutine with {K} parked goroutines"
+        );
         assert!(goro::stats().goroutines >= base + K);
         tx.close();
         for h in hs {
             assert!(h.join().unwrap().is_err());
         }
         await_num_goroutine(base);
-        assert_eq!(stable_num_goroutine(), base, "num_goroutine after they exited");
+        assert_eq!(
+            stable_num_goroutine(),
+            base,
+            "num_goroutine after they exited"
+        );
     });
     // Callable from a plain thread too.
     let _ = goro::num_goroutine();
@@ -904,7 +912,9 @@ fn wakeup_ping_pong_no_rescue() {
         // hung (a woken G never ran) in 2 of 3 runs, with sysmon's rescue
         // off; on x86-64 it has always passed. A lost wake-up on weak memory
         // is suspected (docs/TESTING.md). Skipped there, loudly, until fixed.
-        println!("wakeup_ping_pong_no_rescue: SKIPPED under qemu (known hang, see docs/TESTING.md)");
+        println!(
+            "wakeup_ping_pong_no_rescue: SKIPPED under qemu (known hang, see docs/TESTING.md)"
+        );
         return;
     }
     isolated_env("wakeup_ping_pong_no_rescue", Some(NO_RESCUE), || {

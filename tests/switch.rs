@@ -146,12 +146,21 @@ fn switch_preserves_callee_saved_registers() {
             })
             .collect();
         for h in hs {
-            assert_eq!(h.join().unwrap(), 0, "a callee-saved register changed across a switch");
+            assert_eq!(
+                h.join().unwrap(),
+                0,
+                "a callee-saved register changed across a switch"
+            );
         }
         // The check itself detects a change (a function that breaks the
         // ABI by clobbering a callee-saved register).
         // SAFETY: goro_test_clobber only zeroes one register and returns.
-        let clobber: extern "C" fn() = unsafe { core::mem::transmute(goro_test_clobber as unsafe extern "C" fn()) };
-        assert_ne!(check_callee_saved(clobber), 0, "the check cannot see a clobbered register");
+        let clobber: extern "C" fn() =
+            unsafe { core::mem::transmute(goro_test_clobber as unsafe extern "C" fn()) };
+        assert_ne!(
+            check_callee_saved(clobber),
+            0,
+            "the check cannot see a clobbered register"
+        );
     });
 }

@@ -17,8 +17,8 @@ mod imp;
 compile_error!("goro supports only x86_64 and aarch64");
 
 pub(crate) use imp::{
-    sigframe_relocate, sigframe_set_altstack, sigframe_start, uc_in_syscall, uc_pc_sp,
-    uc_redirect, SwitchFrame, FRAME_ALIGN, RED_ZONE,
+    sigframe_relocate, sigframe_set_altstack, sigframe_start, uc_in_syscall, uc_pc_sp, uc_redirect,
+    SwitchFrame, FRAME_ALIGN, RED_ZONE,
 };
 
 /// Entry point of a goroutine's first run, called by `goro_gostart` on the
@@ -83,7 +83,8 @@ pub(crate) unsafe fn switch(save: *mut Gobuf, to: usize) {
 /// this call (only g0 does this: its frames are discarded at every mcall).
 #[inline(always)]
 pub(crate) unsafe fn gogo(sp: usize) -> ! {
-    // SAFETY: guaranteed by the caller.
+    // SAFETY: the caller guarantees `sp` is a suspended context nothing
+    // else resumes and that the current stack's frames are dead (g0).
     unsafe { goro_gogo(sp) }
 }
 
@@ -96,13 +97,9 @@ pub(crate) unsafe fn gogo(sp: usize) -> ! {
 /// no live frames below it; `f` must not return; `save` must stay valid until
 /// the goroutine is resumed.
 #[inline(always)]
-pub(crate) unsafe fn mcall(
-    save: *mut Gobuf,
-    g0_sp: usize,
-    f: McallFn,
-    arg: *mut u8,
-) {
-    // SAFETY: guaranteed by the caller.
+pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, f: McallFn, arg: *mut u8) {
+    // SAFETY: the caller guarantees g0_sp is this M's empty g0 base, `f`
+    // never returns and `save` outlives the suspension.
     unsafe { goro_mcall(save.cast(), g0_sp, f, arg) }
 }
 

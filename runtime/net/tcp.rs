@@ -350,6 +350,8 @@ impl std::fmt::Debug for TcpStream {
 
 impl core::fmt::Debug for Incoming<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Incoming").field("listener", &self.l).finish_non_exhaustive()
+        f.debug_struct("Incoming")
+            .field("listener", &self.l)
+            .finish_non_exhaustive()
     }
 }

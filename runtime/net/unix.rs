@@ -250,6 +250,8 @@ unix_debug!(UnixDatagram);
 
 impl core::fmt::Debug for UnixIncoming<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("UnixIncoming").field("listener", &self.l).finish_non_exhaustive()
+        f.debug_struct("UnixIncoming")
+            .field("listener", &self.l)
+            .finish_non_exhaustive()
     }
 }

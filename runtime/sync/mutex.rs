@@ -40,8 +40,8 @@
 //! parking lets those goroutines run). Plain threads, which have no P, spin
 //! under the CPU condition alone, like an adaptive futex mutex.
 
-use crate::waitreason::WaitReason;
 use crate::sema::{semacquire, semrelease};
+use crate::waitreason::WaitReason;
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};

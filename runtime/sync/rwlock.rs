@@ -19,8 +19,8 @@
 //! Release on giving up, AcqRel where one RMW does both).
 
 use super::mutex::RawMutex;
-use crate::waitreason::WaitReason;
 use crate::sema::{semacquire, semrelease};
+use crate::waitreason::WaitReason;
 use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};

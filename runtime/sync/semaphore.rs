@@ -1,8 +1,8 @@
 //! `Semaphore`: a counting semaphore directly on the runtime's semaphore
 //! table (sema.rs; Go's runtime_Semacquire / runtime_Semrelease).
 
-use crate::waitreason::WaitReason;
 use crate::sema::{cansemacquire, semacquire, semrelease};
+use crate::waitreason::WaitReason;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 /// A counting semaphore: `acquire` takes a permit, waiting (parking the

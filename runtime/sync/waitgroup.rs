@@ -6,8 +6,8 @@
 //! zero while waiters exist resets the word and releases the semaphore once
 //! per waiter.
 
-use crate::waitreason::WaitReason;
 use crate::sema::{semacquire, semrelease};
+use crate::waitreason::WaitReason;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -86,7 +86,8 @@ pub fn watchdog() -> Watch {
     Watch(format!("{name}#{id}"))
 }
 
-static RUNNING: std::sync::Mutex<Vec<(String, std::time::Instant)>> = std::sync::Mutex::new(Vec::new());
+static RUNNING: std::sync::Mutex<Vec<(String, std::time::Instant)>> =
+    std::sync::Mutex::new(Vec::new());
 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A test registered with the [`watchdog`]; unregisters when dropped (also
