@@ -279,17 +279,6 @@ pub(crate) fn releasem(mp: *mut M) {
     }
 }
 
-/// Releases an already-entered critical section (`acquirem`'s `mp`) when
-/// dropped.
-pub(crate) struct MLockOf(pub(crate) *mut M);
-
-impl Drop for MLockOf {
-    #[inline]
-    fn drop(&mut self) {
-        releasem(self.0);
-    }
-}
-
 /// RAII form of [`acquirem`]/[`releasem`].
 pub(crate) struct MLock(*mut M);
 
@@ -297,6 +286,13 @@ impl MLock {
     #[inline]
     pub(crate) fn new() -> MLock {
         MLock(acquirem())
+    }
+
+    /// Takes over a section already entered with `acquirem` (its `mp`),
+    /// releasing it when dropped.
+    #[inline]
+    pub(crate) fn of(mp: *mut M) -> MLock {
+        MLock(mp)
     }
 }
 

@@ -136,7 +136,7 @@ unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
 pub(crate) fn goready(gp: *mut G) {
     // The P read below must stay ours until runqput is done.
     let (mp, pp) = acquirem_p();
-    let _ml = crate::m::MLockOf(mp);
+    let _ml = crate::m::MLock::of(mp);
     // SAFETY: gp is Waiting and its waker (the caller) owns it now.
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
     if crate::trace::on() {

@@ -53,7 +53,7 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     };
     // The P stays ours until the new G is queued.
     let (mp, pp) = park::acquirem_p();
-    let _ml = crate::m::MLockOf(mp);
+    let _ml = crate::m::MLock::of(mp);
     // SAFETY: the P is held by this M, and stays so in the section.
     let p = unsafe { pp.as_ref() };
     let mut gp = match p {

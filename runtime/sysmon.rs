@@ -333,6 +333,14 @@ fn signal_detached_running() {
     if !crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed) {
         return;
     }
+    // No M is detached unless a detach is outstanding (each ends in exactly
+    // one reacquire): skip the scan (and its allocation) in the common case.
+    // Relaxed: a stale count only delays the signal by one scan.
+    if crate::preempt::RETAKES_DETECTED.load(Ordering::Relaxed)
+        == crate::preempt::REACQUIRES.load(Ordering::Relaxed)
+    {
+        return;
+    }
     let ms: Vec<usize> = sched::ALLM.lock().clone();
     for mp in ms {
         // SAFETY: Ms are never freed.

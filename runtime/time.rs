@@ -28,7 +28,7 @@ pub(crate) fn deadline_after(d: Duration) -> Option<i64> {
 pub(crate) fn add_timer(when: i64, action: Action) {
     crate::ensure_started();
     let (mp, pp) = crate::park::acquirem_p();
-    let _ml = crate::m::MLockOf(mp);
+    let _ml = crate::m::MLock::of(mp);
     let timers = if pp.is_null() {
         &crate::sched::allp(0).timers
     } else {
