@@ -629,7 +629,7 @@ fn pinned_thread_local_windows() {
         &[("GOMAXPROCS", "2"), ("GODEBUG", "gorotimeslice=200")],
         || {
             goro::run(|| {
-                let rounds = if qemu() { 2_000 } else { 200_000 };
+                let rounds = if qemu() { 30_000 } else { 200_000 };
                 let hs: Vec<_> = (0..6)
                     .map(|_| {
                         goro::spawn(move || {
