@@ -607,6 +607,15 @@ pub mod __private {
         })
     }
 
+    /// Writes one `GODEBUG=schedtrace=1,scheddetail=1` report (every P, M
+    /// and G) to stderr, for test watchdogs that found a hang. Racy
+    /// snapshot; takes sched.lock briefly. Test hook.
+    pub fn sched_detail() {
+        if crate::sched::started() {
+            crate::sysmon::schedtrace(0, true);
+        }
+    }
+
     /// Whether the goroutine with id `goid` is parked (Waiting), so a test
     /// can act only once a peer really sleeps; None if no live G has that
     /// id. Racy snapshot, as GODEBUG=scheddetail reads it.

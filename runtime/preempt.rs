@@ -474,6 +474,27 @@ pub(crate) fn reacquire_m(mp: *mut M) -> *mut M {
     getm()
 }
 
+/// Enters a runtime critical section (acquirem) holding the G's P: a G
+/// that blocking detection detached takes its P back first, inside the
+/// section, so that `m.p` read afterwards stays the G's until releasem.
+/// Returns the M (null on a plain thread). Nested inside another section
+/// a detached G stays detached (m.p null), as with [`reacquire`].
+pub(crate) fn acquirem_with_p() -> *mut M {
+    loop {
+        let mp = crate::m::acquirem();
+        if mp.is_null() {
+            return mp;
+        }
+        // SAFETY: this thread's M; inside the section no signal changes it.
+        let m = unsafe { &*mp };
+        if m.curg.get().is_null() || !m.detached.load(Ordering::Relaxed) || m.locks.get() != 1 {
+            return mp;
+        }
+        // Ends the section; the G may continue on another M: enter again.
+        reacquire_locked(mp);
+    }
+}
+
 #[cold]
 fn reacquire_slow() {
     reacquire_locked(crate::m::acquirem());

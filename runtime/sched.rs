@@ -751,6 +751,9 @@ pub(crate) fn handoffp(pp: *mut P) {
     if SCHED.gcwaiting.load(Ordering::Relaxed) {
         p.set_status(PStatus::Stopped);
         s.stopwait -= 1;
+        if s.stopwait < 0 {
+            crate::throw::throw("handoffp: negative stopwait");
+        }
         if s.stopwait == 0 {
             SCHED.stopnote.wakeup();
         }
@@ -1389,6 +1392,11 @@ fn gcstopm(m: &M) {
         // SAFETY: pp was ours.
         unsafe { (*pp).set_status(PStatus::Stopped) };
         s.stopwait -= 1;
+        if s.stopwait < 0 {
+            // A P stopped that the stop-the-world did not count: fail
+            // loudly here rather than hang the next one.
+            crate::throw::throw("gcstopm: negative stopwait");
+        }
         if s.stopwait == 0 {
             SCHED.stopnote.wakeup();
         }
@@ -1419,24 +1427,31 @@ pub(crate) fn set_max_procs(n: usize) -> usize {
             os::usleep(20);
         }
     };
-    let mp = getm();
-    // SAFETY: mp is this thread's M, if any.
-    let m = unsafe { mp.as_ref() };
-    // The caller's own P (when called from a goroutine) stays ours.
-    let own = m.map_or(ptr::null_mut(), |m| m.p.get());
-    if let Some(m) = m {
-        m.locks.set(m.locks.get() + 1);
-    }
+    // Go's stopTheWorld runs with m.preemptoff set: enter the critical
+    // section before reading our P, so that no preemption moves the G to
+    // another M and no reacquire changes m.p between the read and the
+    // stop (a detached G takes its P back first, inside the section).
+    let mp = crate::preempt::acquirem_with_p();
+    // The caller's own P (when called from a goroutine) stays ours; null
+    // on a plain thread or inside a syscall guard (that P is stopped).
+    // SAFETY: mp is this thread's M, if any; m.p is ours in the section.
+    let own = unsafe { mp.as_ref() }.map_or(ptr::null_mut(), |m| m.p.get());
     stop_the_world(own);
     {
         let mut s = SCHED.lock.lock();
         let runnable = procresize(&mut s, n as i32, own);
+        // Go's startTheWorldWithSema clears gcwaiting in the critical
+        // section that ran procresize: procresize has just put Ps on the
+        // idle list, and an M that took one of them while gcwaiting still
+        // read true would stop it (gcstopm) uncounted. That P stayed
+        // Stopped with no M, and the next stop-the-world waited for it
+        // forever (tests/proc.rs resize_while_running, 1 run in ~50
+        // under qemu).
+        SCHED.gcwaiting.store(false, Ordering::SeqCst);
         drop(s);
         start_the_world(runnable);
     }
-    if let Some(m) = m {
-        m.locks.set(m.locks.get() - 1);
-    }
+    crate::m::releasem(mp);
     old
 }
 
@@ -1569,8 +1584,8 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
 }
 
 /// Go's startTheWorldWithSema: restart Ps with work and wake spinners.
+/// gcwaiting is already clear (see set_max_procs).
 fn start_the_world(runnable: Vec<*mut P>) {
-    SCHED.gcwaiting.store(false, Ordering::SeqCst);
     for p in runnable {
         startm(p, false);
     }
@@ -1608,6 +1623,12 @@ pub(crate) fn snapshot() -> crate::Stats {
         syscalls_handed_off: crate::sysmon::HANDOFFS.load(Ordering::Relaxed),
         stacks_reserved: stack::STACKS_RESERVED.load(Ordering::Relaxed),
     }
+}
+
+/// Ps a stop-the-world still waits for (Go's sched.stopwait), for
+/// scheddetail.
+pub(crate) fn stopwait() -> i32 {
+    SCHED.lock.lock().stopwait
 }
 
 /// An idle P, taken under sched.lock, if any.

@@ -161,7 +161,7 @@ fn sysmon() -> ! {
         let trace = SCHEDTRACE_MS.load(Ordering::Relaxed) as i64;
         if trace > 0 && now - last_trace >= trace * 1_000_000 {
             last_trace = now;
-            schedtrace(now - start);
+            schedtrace(now - start, SCHEDDETAIL.load(Ordering::Relaxed));
         }
     }
 }
@@ -393,10 +393,9 @@ fn thread_in_syscall(tid: i32) -> Option<bool> {
 /// Prints one Go-format SCHED line to stderr, and with scheddetail Go's
 /// per-P, per-M and per-G lines. Reads other threads' state racily, as Go
 /// does: the output is diagnostic.
-fn schedtrace(uptime_ns: i64) {
+pub(crate) fn schedtrace(uptime_ns: i64, detail: bool) {
     use std::fmt::Write;
     let s = sched::snapshot();
-    let detail = SCHEDDETAIL.load(Ordering::Relaxed);
     let mut out = String::new();
     let runqs: Vec<String> = s.local_runq.iter().map(|n| n.to_string()).collect();
     let _ = write!(
@@ -412,14 +411,20 @@ fn schedtrace(uptime_ns: i64) {
     );
     if !detail {
         let _ = writeln!(out, " [{}]", runqs.join(" "));
-        eprint!("{out}");
+        {
+            // Not eprint!: the test harness captures that.
+            use std::io::Write as _;
+            let _ = std::io::stderr().write_all(out.as_bytes());
+        }
         return;
     }
     let _ = writeln!(
         out,
-        " gcwaiting={} nmspinning={}",
+        " gcwaiting={} nmspinning={} stopwait={} sysmonwait={}",
         u8::from(SCHED.gcwaiting.load(Ordering::Relaxed)),
-        s.spinning_threads
+        s.spinning_threads,
+        sched::stopwait(),
+        u8::from(SCHED.sysmonwait.load(Ordering::Relaxed)),
     );
     let mid = |m: *mut crate::m::M| {
         if m.is_null() {
@@ -465,9 +470,10 @@ fn schedtrace(uptime_ns: i64) {
         };
         let _ = writeln!(
             out,
-            "  M{}: p={} curg={} locks={} spinning={} lockedg={}",
+            "  M{}: p={} nextp={} curg={} locks={} spinning={} lockedg={}",
             m.id,
             pid(m.p.get()),
+            pid(m.nextp.get()),
             gid(m.curg.get()),
             m.locks.get(),
             m.spinning.get(),
@@ -491,5 +497,7 @@ fn schedtrace(uptime_ns: i64) {
             mid(g.lockedm.get())
         );
     }
-    eprint!("{out}");
+    // Not eprint!: the test harness captures that (and abort loses it).
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(out.as_bytes());
 }

@@ -32,6 +32,7 @@ fn watchdog() -> Watchdog {
                 std::io::stderr(),
                 "test {name} hung for {limit:?}: aborting"
             );
+            goro::__private::sched_detail();
             std::process::abort();
         }
     });

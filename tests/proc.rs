@@ -41,7 +41,7 @@ struct Serial {
 fn serial() -> Serial {
     let lock = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let name = std::thread::current().name().unwrap_or("?").to_string();
-    let limit = Duration::from_secs(if qemu() { 1800 } else { 300 });
+    let limit = Duration::from_secs(if qemu() { 600 } else { 300 });
     let (done, wait) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = wait.recv_timeout(limit) {
@@ -52,6 +52,7 @@ fn serial() -> Serial {
                 std::io::stderr(),
                 "test {name} hung for {limit:?}: aborting"
             );
+            goro::__private::sched_detail();
             std::process::abort();
         }
     });

@@ -43,6 +43,7 @@ fn watchdog() -> Watchdog {
     std::thread::spawn(move || {
         if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
             eprintln!("test {name} hung for {limit:?}: aborting");
+            goro::__private::sched_detail();
             std::process::abort();
         }
     });

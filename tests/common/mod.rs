@@ -45,7 +45,7 @@ pub fn watchdog() -> Watch {
     use std::sync::Once;
     use std::time::{Duration, Instant};
     static START: Once = Once::new();
-    let limit = Duration::from_secs(if qemu() { 1800 } else { 300 });
+    let limit = Duration::from_secs(if qemu() { 600 } else { 300 });
     START.call_once(move || {
         std::thread::Builder::new()
             .name("test-watchdog".into())
@@ -72,6 +72,7 @@ pub fn watchdog() -> Watch {
                         "watchdog: test binary {exe}: {hung:?} still running after {limit:?} \
                          (running: {all:?}); aborting"
                     );
+                    goro::__private::sched_detail();
                     std::process::abort();
                 }
             })
