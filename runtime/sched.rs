@@ -30,7 +30,11 @@
 //! every P's run queue (and the global queue) and, if it finds work, take a P
 //! back and spin again. Either the submitter sees the spinner (and relies on
 //! it) or the spinner's re-check sees the G: both fences are `fence(SeqCst)`
-//! below, marked "StoreLoad (parking essay)".
+//! below, marked "StoreLoad (parking essay)". Unlike Go, an M that was not
+//! spinning re-checks too when nmspinning reads 0 after its fence: it may
+//! have skipped stealing because of wakep's transient increment (nmspinning
+//! raised before startm looks for an idle P, undone there if none), and then
+//! nobody would find a G readied while its P still looked busy.
 //!
 //! # Where code runs
 //! - `schedule`, `find_runnable`, `execute`, `stopm`: g0 only.
@@ -498,8 +502,17 @@ pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
     if pp.is_null() {
         pp = s.pidleget();
         if pp.is_null() {
+            // Undo the caller's increment before unlocking (as Go 1.21's
+            // wakep does): an M that puts its P on the idle list after us
+            // (under this lock) then reads nmspinning without our phantom
+            // spinner, and re-checks the run queues (find_runnable).
+            let before = if spinning {
+                SCHED.nmspinning.fetch_sub(1, Ordering::SeqCst)
+            } else {
+                1
+            };
             drop(s);
-            if spinning && SCHED.nmspinning.fetch_sub(1, Ordering::SeqCst) <= 0 {
+            if before <= 0 {
                 crate::throw::throw("startm: negative nmspinning");
             }
             return;
@@ -1179,16 +1192,29 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
             if SCHED.nmspinning.fetch_sub(1, Ordering::SeqCst) <= 0 {
                 crate::throw::throw("findrunnable: negative nmspinning");
             }
-            // StoreLoad (parking essay): the decrement above must be visible
-            // before we re-check the queues, or a submitter that saw us
-            // spinning and a re-check that misses its G lose the wake-up.
-            fence(Ordering::SeqCst);
+        }
+        // StoreLoad (parking essay): the decrement above (and pidleput's
+        // npidle increment) must be visible before we re-check the queues,
+        // or a submitter that saw us spinning (or saw no idle P) and a
+        // re-check that misses its G lose the wake-up.
+        fence(Ordering::SeqCst);
+        // Go re-checks only in an M that was spinning. A non-spinning M
+        // must too when nobody spins now: it skipped stealing because
+        // nmspinning counted a spinner, and that may have been wakep's
+        // transient increment, undone in startm without any re-check
+        // (Go's issue 43997 names these transient increments). Then the G
+        // a submitter readied while our P still looked busy (npidle 0)
+        // had no one left to find it: tests/proc.rs
+        // wakeup_ping_pong_no_rescue hung that way under qemu.
+        if was_spinning || SCHED.nmspinning.load(Ordering::SeqCst) == 0 {
             if let Some(p2) = check_runqs_no_p() {
                 acquirep(m, p2);
                 m.spinning.set(true);
                 SCHED.nmspinning.fetch_add(1, Ordering::SeqCst);
                 continue 'top;
             }
+        }
+        if was_spinning {
             poll_until = check_timers_no_p(poll_until);
         }
 

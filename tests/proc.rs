@@ -908,16 +908,6 @@ const NO_RESCUE: &str = "gorosysmonrescue=0,asyncpreemptoff=1";
 /// spinning covers the race where that M was just giving up.
 #[test]
 fn wakeup_ping_pong_no_rescue() {
-    if qemu() {
-        // KNOWN FAILURE, not yet diagnosed: under aarch64 qemu this child
-        // hung (a woken G never ran) in 2 of 3 runs, with sysmon's rescue
-        // off; on x86-64 it has always passed. A lost wake-up on weak memory
-        // is suspected (docs/TESTING.md). Skipped there, loudly, until fixed.
-        println!(
-            "wakeup_ping_pong_no_rescue: SKIPPED under qemu (known hang, see docs/TESTING.md)"
-        );
-        return;
-    }
     isolated_env("wakeup_ping_pong_no_rescue", Some(NO_RESCUE), || {
         run(|| {
             let _p = procs(2);
