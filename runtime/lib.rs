@@ -607,6 +607,24 @@ pub mod __private {
         })
     }
 
+    /// Go's export_test.go Netpoll: blocks the calling thread in netpoll
+    /// for up to `ns` nanoseconds (negative: until woken) and makes the
+    /// goroutines it found ready runnable (TestNetpollBreak). Test hook; call it on a plain thread (it blocks the thread without
+    /// giving up a P).
+    pub fn netpoll_block(ns: i64) {
+        crate::ensure_started();
+        let mut list = Vec::new();
+        crate::netpoll::netpoll(ns, &mut list);
+        crate::sched::inject_glist(&list);
+    }
+
+    /// Go's export_test.go NetpollBreak: wakes a thread blocked in netpoll.
+    /// Test hook.
+    pub fn netpoll_break() {
+        crate::ensure_started();
+        crate::netpoll::netpoll_break();
+    }
+
     /// Writes one `GODEBUG=schedtrace=1,scheddetail=1` report (every P, M
     /// and G) to stderr, for test watchdogs that found a hang. Racy
     /// snapshot; takes sched.lock briefly. Test hook.

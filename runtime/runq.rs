@@ -15,10 +15,21 @@
 //! race Go tolerates with plain loads, made defined here).
 
 use core::ptr;
+#[cfg(not(goro_loom))]
 use core::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+// The loom models below (`RUSTFLAGS="--cfg goro_loom" cargo test --release
+// --lib runq::loom`) run this very code on loom's atomics, which explore
+// every interleaving and the weak-memory outcomes of each ordering.
+#[cfg(goro_loom)]
+use ::loom::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 /// Slots in the local ring (Go: len(p.runq) = 256).
+#[cfg(not(goro_loom))]
 pub(crate) const LOCAL_CAP: usize = 256;
+/// Four slots under loom, so that the models reach wrap-around and the
+/// overflow path (runqputslow) in a few steps.
+#[cfg(goro_loom)]
+pub(crate) const LOCAL_CAP: usize = 4;
 
 /// A P's local run queue. `put`, `get` and the receiving side of `steal_into`
 /// are owner-only; `grab` (the victim side of stealing) may run on any thread.
@@ -34,11 +45,23 @@ pub(crate) struct Local<T> {
 }
 
 impl<T> Local<T> {
+    #[cfg(not(goro_loom))]
     pub(crate) const fn new() -> Self {
         Local {
             head: AtomicU32::new(0),
             tail: AtomicU32::new(0),
             buf: [const { AtomicPtr::new(ptr::null_mut()) }; LOCAL_CAP],
+            runnext: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// loom's atomics are not const-constructible.
+    #[cfg(goro_loom)]
+    pub(crate) fn new() -> Self {
+        Local {
+            head: AtomicU32::new(0),
+            tail: AtomicU32::new(0),
+            buf: core::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             runnext: AtomicPtr::new(ptr::null_mut()),
         }
     }
@@ -266,7 +289,180 @@ impl<T> Local<T> {
     }
 }
 
-#[cfg(test)]
+/// loom models of the ring: the owner's put/get (and runnext) racing
+/// stealers, on this module's own code. Each asserts the queue's one
+/// promise: every G put is taken exactly once (by the owner, a stealer, or
+/// the overflow batch), never lost, never twice, never a stale slot.
+/// Run with `RUSTFLAGS="--cfg goro_loom" cargo test --release --lib
+/// runq::loom` (docs/TESTING.md); LOCAL_CAP is 4 there.
+#[cfg(all(test, goro_loom))]
+mod loom {
+    use super::*;
+    use ::loom::sync::Arc;
+    use ::loom::thread;
+
+    /// G handles are tagged integers, never dereferenced: a G handed out
+    /// twice shows up as a duplicate in the sorted result, not as a
+    /// double free.
+    fn item(i: usize) -> *mut usize {
+        (i << 4) as *mut usize
+    }
+
+    fn take(g: *mut usize) -> usize {
+        assert!(!g.is_null(), "took an empty slot");
+        g as usize >> 4
+    }
+
+    /// Everything a stealer gets: the G steal returns plus what landed in
+    /// its own queue.
+    fn steal_all(victim: &Local<usize>, runnext: bool) -> Vec<usize> {
+        let mine = Local::<usize>::new();
+        let mut got = Vec::new();
+        if let Some(g) = mine.steal_from(victim, runnext, false) {
+            got.push(take(g));
+        }
+        while let Some((g, _)) = mine.get() {
+            got.push(take(g));
+        }
+        got
+    }
+
+    fn drain_all(q: &Local<usize>, got: &mut Vec<usize>) {
+        while let Some((g, _)) = q.get() {
+            got.push(take(g));
+        }
+    }
+
+    /// Owner puts and gets around a stealer (Go's runqput/runqget against
+    /// runqsteal): the ring's head CAS, the tail's Release and the slot
+    /// reads after it.
+    #[test]
+    fn loom_put_get_vs_steal() {
+        ::loom::model(|| {
+            let q = Arc::new(Local::<usize>::new());
+            let thief = {
+                let q = q.clone();
+                thread::spawn(move || steal_all(&q, false))
+            };
+            let mut got = Vec::new();
+            q.put(item(1), false, |_| panic!("overflow"));
+            q.put(item(2), false, |_| panic!("overflow"));
+            if let Some((g, _)) = q.get() {
+                got.push(take(g));
+            }
+            q.put(item(3), false, |_| panic!("overflow"));
+            drain_all(&q, &mut got);
+            got.extend(thief.join().unwrap());
+            got.sort_unstable();
+            assert_eq!(got, [1, 2, 3]);
+        });
+    }
+
+    /// runnext: the owner's put-to-runnext (displacing the previous one to
+    /// the ring) and get, against a stealer that may take runnext.
+    #[test]
+    fn loom_runnext_vs_steal() {
+        ::loom::model(|| {
+            let q = Arc::new(Local::<usize>::new());
+            let thief = {
+                let q = q.clone();
+                thread::spawn(move || steal_all(&q, true))
+            };
+            let mut got = Vec::new();
+            q.put(item(1), true, |_| panic!("overflow"));
+            q.put(item(2), true, |_| panic!("overflow"));
+            if let Some((g, _)) = q.get() {
+                got.push(take(g));
+            }
+            drain_all(&q, &mut got);
+            got.extend(thief.join().unwrap());
+            got.sort_unstable();
+            assert_eq!(got, [1, 2]);
+        });
+    }
+
+    /// A full ring overflows half of itself plus the new G to the global
+    /// queue (runqputslow) while a stealer takes from the same head.
+    #[test]
+    fn loom_overflow_vs_steal() {
+        ::loom::model(|| {
+            let q = Arc::new(Local::<usize>::new());
+            for i in 1..=LOCAL_CAP {
+                q.put(item(i), false, |_| panic!("overflow before full"));
+            }
+            let thief = {
+                let q = q.clone();
+                thread::spawn(move || steal_all(&q, false))
+            };
+            let mut got = Vec::new();
+            q.put(item(LOCAL_CAP + 1), false, |batch| {
+                for &g in batch {
+                    got.push(take(g));
+                }
+            });
+            drain_all(&q, &mut got);
+            got.extend(thief.join().unwrap());
+            got.sort_unstable();
+            assert_eq!(got, (1..=LOCAL_CAP + 1).collect::<Vec<_>>());
+        });
+    }
+
+    /// Go's TestSchedLocalQueueEmpty as a model: while the owner puts a
+    /// second G and takes one, another thread's is_empty never reports the
+    /// queue empty (a spurious "empty" lets a P go idle with work queued,
+    /// the reason for Go's runqempty re-read of tail).
+    #[test]
+    fn loom_is_empty_not_spurious() {
+        for (next0, next1) in [(false, false), (false, true), (true, false), (true, true)] {
+            ::loom::model(move || {
+                let q = Arc::new(Local::<usize>::new());
+                q.put(item(1), next0, |_| panic!("overflow"));
+                let t = {
+                    let q = q.clone();
+                    thread::spawn(move || {
+                        assert!(
+                            !q.is_empty(),
+                            "spuriously empty (next0 {next0}, next1 {next1})"
+                        )
+                    })
+                };
+                q.put(item(2), next1, |_| panic!("overflow"));
+                assert!(q.get().is_some());
+                t.join().unwrap();
+            });
+        }
+    }
+
+    /// Two stealers and the owner's get over one ring.
+    #[test]
+    fn loom_two_stealers() {
+        // Three threads: unbounded, the search runs for minutes; three
+        // preemptions cover the interleavings of the CAS races here.
+        let mut b = ::loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(|| {
+            let q = Arc::new(Local::<usize>::new());
+            for i in 1..=3 {
+                q.put(item(i), false, |_| panic!("overflow"));
+            }
+            let thieves: Vec<_> = (0..2)
+                .map(|_| {
+                    let q = q.clone();
+                    thread::spawn(move || steal_all(&q, false))
+                })
+                .collect();
+            let mut got = Vec::new();
+            drain_all(&q, &mut got);
+            for t in thieves {
+                got.extend(t.join().unwrap());
+            }
+            got.sort_unstable();
+            assert_eq!(got, [1, 2, 3]);
+        });
+    }
+}
+
+#[cfg(all(test, not(goro_loom)))]
 mod tests {
     use super::*;
     use std::collections::HashSet;
@@ -450,5 +646,44 @@ mod tests {
         assert_eq!(all.len(), N, "items lost or duplicated");
         let set: HashSet<usize> = all.into_iter().collect();
         assert_eq!(set.len(), N, "an item was consumed twice");
+    }
+
+    /// Go's TestSchedLocalQueueEmpty (RunSchedLocalQueueEmptyTest): the
+    /// owner holds one G, then puts a second and takes one while another
+    /// thread asks is_empty at the same moment: it must never say empty.
+    /// (The loom model `loom_is_empty_not_spurious` covers every
+    /// interleaving; this runs the real atomics on real cores.)
+    #[test]
+    fn sched_local_queue_empty() {
+        let q: Arc<Local<usize>> = Arc::new(Local::new());
+        let iters = if std::env::var_os("GORO_QEMU").is_some() {
+            500
+        } else {
+            5_000
+        };
+        let ready = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        for i in 0..iters {
+            ready.store(0, Ordering::SeqCst);
+            let (next0, next1) = (i & 1 == 0, i & 2 == 0);
+            q.put(item(0), next0, |_| panic!("overflow"));
+            let t = {
+                let (q, ready) = (q.clone(), ready.clone());
+                std::thread::spawn(move || {
+                    ready.fetch_add(1, Ordering::SeqCst);
+                    while ready.load(Ordering::SeqCst) != 2 {
+                        std::hint::spin_loop();
+                    }
+                    assert!(!q.is_empty(), "queue is empty (next {next0} {next1})");
+                })
+            };
+            ready.fetch_add(1, Ordering::SeqCst);
+            while ready.load(Ordering::SeqCst) != 2 {
+                std::hint::spin_loop();
+            }
+            q.put(item(1), next1, |_| panic!("overflow"));
+            take(q.get().unwrap().0);
+            t.join().unwrap();
+            take(q.get().unwrap().0);
+        }
     }
 }

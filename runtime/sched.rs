@@ -1701,3 +1701,43 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
     NGFREE.store(s.ngfree, Ordering::Relaxed);
     !s.gfree.is_null()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RandomOrder;
+
+    /// Go's TestStealOrder (RunStealOrderTest): for every P count up to
+    /// 64 and many seeds, the steal order visits each P exactly once, and
+    /// different seeds give different orders (for 3 or more Ps, at least
+    /// two distinct strides: Go's "too few coprimes").
+    #[test]
+    fn steal_order() {
+        for procs in 1..=64usize {
+            let mut strides = std::collections::HashSet::new();
+            let mut starts = std::collections::HashSet::new();
+            for seed in 0..4096u32 {
+                let r = seed.wrapping_mul(2_654_435_761);
+                let ord = RandomOrder::new(procs, r);
+                strides.insert(ord.inc);
+                starts.insert(ord.pos);
+                let mut seen = vec![false; procs];
+                let mut count = 0;
+                for p in ord {
+                    assert!(p < procs, "procs {procs}: position {p} out of range");
+                    assert!(!seen[p], "procs {procs} seed {r}: {p} visited twice");
+                    seen[p] = true;
+                    count += 1;
+                }
+                assert_eq!(count, procs, "procs {procs} seed {r}: not done");
+            }
+            if procs >= 3 {
+                assert!(strides.len() >= 2, "procs {procs}: too few strides");
+            }
+            assert_eq!(
+                starts.len(),
+                procs,
+                "procs {procs}: some start never chosen"
+            );
+        }
+    }
+}

@@ -1140,3 +1140,130 @@ fn big_gomaxprocs() {
         })
     });
 }
+
+/// TestStopTheWorldDeadlock: stop-the-worlds requested back to back from
+/// two goroutines at once (Go: one calling runtime.GC, one GOMAXPROCS;
+/// goro has no GC, so both resize) while a goroutine respawns itself
+/// without end (perpetuumMobile). Each stop must find every P, including
+/// those whose M is starting a fresh goroutine, and the two requesters must
+/// take turns rather than wait on each other.
+#[test]
+fn stop_the_world_deadlock() {
+    let _s = serial();
+    run(|| {
+        let _p = procs(3);
+        let stop = Arc::new(AtomicBool::new(false));
+        fn perpetuum_mobile(stop: Arc<AtomicBool>) {
+            if !stop.load(Relaxed) {
+                goro::spawn(move || perpetuum_mobile(stop));
+            }
+        }
+        let (done_tx, done_rx) = chan::<()>(2);
+        let rounds = 1000;
+        for sizes in [[3usize, 2], [2, 3]] {
+            let done_tx = done_tx.clone();
+            goro::spawn(move || {
+                for i in 0..rounds {
+                    goro::set_max_procs(sizes[i % 2]);
+                }
+                done_tx.send(()).unwrap();
+            });
+        }
+        {
+            let stop = stop.clone();
+            goro::spawn(move || perpetuum_mobile(stop));
+        }
+        done_rx.recv().unwrap();
+        done_rx.recv().unwrap();
+        stop.store(true, Relaxed);
+        // Every size is still fully usable afterwards.
+        for p in [3usize, 2] {
+            goro::set_max_procs(p);
+            check_parallel(p, false);
+        }
+    });
+}
+
+/// TestPreemptionAfterSyscall: with two Ps, eight goroutines loop over
+/// guarded system calls lasting 10 µs, 100 µs and 1 ms (Go's fakeSyscall:
+/// a busy wait between entersyscall and exitsyscall). The main goroutine
+/// must still get a P to collect their start messages and stop them, and
+/// each goroutine coming back from a call must get a P again. A hang
+/// (the watchdog) is the failure; Go's 5 s bound is a speed check left to
+/// benchmarks.
+#[test]
+fn preemption_after_syscall() {
+    let _s = serial();
+    run(|| {
+        let _p = procs(2);
+        const NROUTINES: usize = 8;
+        for us in [10u64, 100, 1000] {
+            let d = Duration::from_micros(us);
+            for _ in 0..if qemu() { 2 } else { 10 } {
+                let (c_tx, c_rx) = chan::<bool>(NROUTINES);
+                let stop = Arc::new(AtomicBool::new(false));
+                let hs: Vec<_> = (0..NROUTINES)
+                    .map(|_| {
+                        let (c_tx, stop) = (c_tx.clone(), stop.clone());
+                        goro::spawn(move || {
+                            c_tx.send(true).unwrap();
+                            while !stop.load(SeqCst) {
+                                let _g = goro::enter_syscall();
+                                let start = Instant::now();
+                                while start.elapsed() < d {
+                                    std::hint::spin_loop();
+                                }
+                            }
+                            c_tx.send(true).unwrap();
+                        })
+                    })
+                    .collect();
+                for _ in 0..NROUTINES {
+                    assert!(c_rx.recv().unwrap());
+                }
+                stop.store(true, SeqCst);
+                for _ in 0..NROUTINES {
+                    assert!(c_rx.recv().unwrap());
+                }
+                for h in hs {
+                    h.join().unwrap();
+                }
+            }
+        }
+    });
+}
+
+/// TestNetpollBreak: netpoll_break wakes a thread blocked in netpoll. A
+/// plain thread blocks in netpoll for 10 s (the scheduler's own netpoll M
+/// may be asleep there too); the test breaks until the thread returns.
+/// Go loops because a break may be eaten by the scheduler's poller, and
+/// breaks twice per round for the same reason. The failure is the thread
+/// sleeping its full 10 s, far beyond what the loop needs.
+#[test]
+fn netpoll_break() {
+    let _s = serial();
+    if goro::max_procs() == 1 {
+        return; // Go skips at GOMAXPROCS=1 too
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let start = Instant::now();
+    let t = std::thread::spawn(move || {
+        tx.send(()).unwrap();
+        goro::__private::netpoll_block(10_000_000_000);
+        Instant::now()
+    });
+    rx.recv().unwrap();
+    while !t.is_finished() {
+        // Polling the thread's exit, not synchronisation: the scenario is
+        // "break while it blocks", repeated until it has returned.
+        std::thread::sleep(Duration::from_micros(100));
+        goro::__private::netpoll_break();
+        goro::__private::netpoll_break();
+    }
+    let woke = t.join().unwrap();
+    assert!(
+        woke.duration_since(start) < Duration::from_secs(10),
+        "netpoll_break did not interrupt netpoll: slept {:?}",
+        woke.duration_since(start)
+    );
+}

@@ -90,7 +90,7 @@ impl TcpListener {
         let inner = unsafe { std::net::TcpStream::from_raw_fd(fd) };
         let addr = addr
             .as_socket()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::Other, "accept: not an inet address"))?;
+            .ok_or_else(|| io::Error::other("accept: not an inet address"))?;
         Ok((TcpStream::from_nonblocking(inner)?, addr))
     }
 
