@@ -37,7 +37,7 @@ BUILDLOG=$TARGET/compare-build.log
 
 SYNC_WORKLOADS="mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone"
 PREEMPT_WORKLOADS="syscall preempt blocking blocking_guarded preempt_overhead"
-ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
+ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss burst $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
 WORKLOADS=${*:-$ALL_WORKLOADS}
 
 notes=()
@@ -200,6 +200,7 @@ n_for() { # workload impl -> N
         preempt) n=50 ;;           # 10 ms sleeps beside a hog
         blocking | blocking_guarded) n=10 ;; # 8 goroutines x N x 50 ms
         preempt_overhead) n=2000000000 ;;  # xorshift steps shared by 8 goroutines
+        burst) n=50000 ;;          # goroutines x ~33 KiB of stack, then 15 s idle
     esac
     # Scaled-down N for implementations whose per-op cost is 10-1000x higher,
     # to keep the whole script within ~10 minutes; ns/op stays comparable.
@@ -364,6 +365,7 @@ for w in $WORKLOADS; do
     unit="ns/op"
     case $w in
         rss) unit="bytes/G" ;;
+        burst) unit="% of burst RSS kept 15 s after" ;;
         threadring) unit="ns/hop" ;;
         spawn | spawn_wait) unit="ns/G" ;;
         yield) unit="ns/yield" ;;

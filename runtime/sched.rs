@@ -82,6 +82,11 @@ pub(crate) struct Synced {
     gfree: *mut G,
     gfree_cold: *mut G,
     ngfree: i32,
+    /// Gs taken from the global free lists (only grows). The scavenger
+    /// leaves the lists alone while this moves: a pool in use is kept hot.
+    gfree_pops: u64,
+    /// `gfree_pops` when the scavenger last looked.
+    gfree_pops_seen: u64,
     /// STW: Ps still to stop.
     stopwait: i32,
 }
@@ -141,6 +146,8 @@ pub(crate) static SCHED: Sched = Sched {
         gfree: ptr::null_mut(),
         gfree_cold: ptr::null_mut(),
         ngfree: 0,
+        gfree_pops: 0,
+        gfree_pops_seen: 0,
         stopwait: 0,
     }),
     nmspinning: AtomicI32::new(0),
@@ -287,6 +294,7 @@ impl Synced {
         self.gfree = gp;
         self.ngfree += 1;
         NGFREE.store(self.ngfree, Ordering::Relaxed);
+        GFREE_HOT.store(true, Ordering::Relaxed);
     }
 
     /// Pops a dead G from the global free lists, hot stacks first; null if
@@ -302,6 +310,7 @@ impl Synced {
             // SAFETY: gp is on a global free list, owned under the lock.
             *list = unsafe { (*gp).schedlink.get() };
             self.ngfree -= 1;
+            self.gfree_pops += 1;
             NGFREE.store(self.ngfree, Ordering::Relaxed);
         }
         gp
@@ -417,6 +426,18 @@ pub(crate) fn gfput(pp: &P, gp: *mut G) {
 
 /// Mirror of the global free list length, read without the lock.
 static NGFREE: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the global hot free list may hold stacks the scavenger has not
+/// released yet. Set under sched.lock when a G is listed, cleared under it
+/// when the scavenger empties the list; read without the lock by sysmon
+/// (Relaxed: a stale true costs one empty scavenge pass, a stale false
+/// delays the next pass to sysmon's next wake-up).
+static GFREE_HOT: AtomicBool = AtomicBool::new(false);
+
+/// Whether free stacks wait for the scavenger (sysmon, lock-free hint).
+pub(crate) fn gfree_hot() -> bool {
+    GFREE_HOT.load(Ordering::Relaxed)
+}
 
 /// Go's gfget: a dead G with a stack of the default size from `pp`'s free
 /// list (refilled from the global list), or null.
@@ -1667,15 +1688,24 @@ pub(crate) fn pidleget_locked() -> Option<*mut P> {
     }
 }
 
-/// Returns the cold pages of up to `max` stacks on the global hot free
-/// list to the OS (`MADV_DONTNEED` below the hot top) and moves them to the
-/// cold list. Returns whether hot stacks remain. Called by sysmon, without a
+/// Returns the pages of up to `max` stacks on the global hot free list to
+/// the OS (`MADV_DONTNEED` of all but the top page) and moves them to the
+/// cold list, unless spawns took stacks from the global lists since the
+/// previous call (a pool in use stays hot; Go's scavenger likewise returns
+/// memory that has not been used recently). Returns whether hot stacks remain. Called by sysmon, without a
 /// P, in small batches so a long list never keeps sysmon from its other
 /// duties; sched.lock is not held across the system calls.
 pub(crate) fn scavenge_gfree(max: usize) -> bool {
     let mut batch: Vec<*mut G> = Vec::with_capacity(max);
     {
         let mut s = SCHED.lock.lock();
+        if s.gfree_pops != s.gfree_pops_seen {
+            // Spawns took stacks from the pool since the last look: it is
+            // in use, and releasing its pages would make each reuse fault
+            // them back in. Look again next period.
+            s.gfree_pops_seen = s.gfree_pops;
+            return false;
+        }
         while batch.len() < max && !s.gfree.is_null() {
             let gp = s.gfree;
             // SAFETY: on the hot list, owned under the lock.
@@ -1688,7 +1718,7 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
     for &gp in &batch {
         // SAFETY: detached from the list: ours alone.
         if let Some(st) = unsafe { (*gp).stack.get() } {
-            st.release_cold();
+            st.release_below(os::page_size());
         }
     }
     let mut s = SCHED.lock.lock();
@@ -1699,7 +1729,9 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
         s.ngfree += 1;
     }
     NGFREE.store(s.ngfree, Ordering::Relaxed);
-    !s.gfree.is_null()
+    let more = !s.gfree.is_null();
+    GFREE_HOT.store(more, Ordering::Relaxed);
+    more
 }
 
 #[cfg(test)]

@@ -78,7 +78,15 @@ impl Stack {
     /// as zero again and stop counting as resident. The guard stays installed
     /// (guard markers survive MADV_DONTNEED).
     pub(crate) fn release_cold(&self) {
-        let cold_hi = self.hi.saturating_sub(HOT_BYTES);
+        self.release_below(HOT_BYTES);
+    }
+
+    /// Returns every page of the stack except the top `keep` bytes to the
+    /// OS (`MADV_DONTNEED`). The scavenger keeps one page: the next
+    /// goroutine's entry frame lands there, and the rest faults in again
+    /// only as deep as that goroutine goes.
+    pub(crate) fn release_below(&self, keep: usize) {
+        let cold_hi = self.hi.saturating_sub(keep);
         if cold_hi > self.lo {
             // SAFETY: [lo, cold_hi) lies inside this stack's mapping and no
             // goroutine runs on it (it is free); DONTNEED on private anonymous

@@ -15,9 +15,11 @@
 //!   like a syscall P at the next tick;
 //! - a detached M running user code again is signalled to take a P back.
 //!
-//! It also prints `GODEBUG=schedtrace` lines, and every 500 ms returns the
-//! cold pages of free goroutine stacks to the OS (a small stand-in for
-//! Go's scavenger).
+//! It also prints `GODEBUG=schedtrace` lines, and scavenges: 500 ms after
+//! goroutines' stacks reached the global free list it returns all but
+//! their top page to the OS, 64 stacks per tick, busy or idle (Go's stack
+//! freeing plus its background scavenger; Go 1.19 keeps a burst's stacks
+//! resident for minutes).
 
 use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -95,10 +97,30 @@ fn sysmon() -> ! {
         } else if idle > 50 {
             delay = (delay * 2).min(10_000);
         }
-        if SCHEDTRACE_MS.load(Ordering::Relaxed) == 0 && all_idle() && sysmon_wait() {
-            idle = 0;
-            delay = 20;
-            continue;
+        if SCHEDTRACE_MS.load(Ordering::Relaxed) == 0 && all_idle() {
+            // An idle program still returns freed stacks (a burst that just
+            // ended is the common case): scavenge in batches before
+            // sleeping, and sleep no longer than the scavenge period while
+            // hot stacks wait.
+            let now = crate::os::nanotime();
+            if scavenging || (sched::gfree_hot() && now - last_scavenge >= SCAVENGE_PERIOD_NS) {
+                scavenging = sched::scavenge_gfree(SCAVENGE_BATCH);
+                last_scavenge = now;
+                if scavenging {
+                    crate::os::usleep(20);
+                    continue;
+                }
+            }
+            let cap = if sched::gfree_hot() {
+                (last_scavenge + SCAVENGE_PERIOD_NS - now).max(1_000_000)
+            } else {
+                i64::MAX
+            };
+            if sysmon_wait(cap) {
+                idle = 0;
+                delay = 20;
+                continue;
+            }
         }
         let busy = SCHED.npidle.load(Ordering::Relaxed) < sched::gomaxprocs() as i32;
         // While a P is busy, wake often enough to keep the time slice to
@@ -190,9 +212,11 @@ fn all_idle() -> bool {
 
 /// Go's sysmonwait: with every P idle there is nothing to retake or
 /// preempt, so sysmon sleeps until the next timer (to rescue it if no M
-/// is polling) or until acquirep wakes it. An idle process thus makes no
-/// periodic wake-ups. Returns whether it slept.
-fn sysmon_wait() -> bool {
+/// is polling), until acquirep wakes it, or for at most `cap_ns` (the
+/// scavenger's next pass while freed stacks wait for it). An idle process
+/// thus makes no periodic wake-ups once its free stacks are returned.
+/// Returns whether it slept.
+fn sysmon_wait(cap_ns: i64) -> bool {
     let now = crate::os::nanotime();
     let next = (0..sched::gomaxprocs())
         .map(|i| sched::allp(i).timers.next_when())
@@ -202,7 +226,8 @@ fn sysmon_wait() -> bool {
     let sleep = match next {
         Some(w) => (w + 1_000_000 - now).min(60_000_000_000),
         None => 60_000_000_000,
-    };
+    }
+    .min(cap_ns);
     if sleep <= 0 {
         return false;
     }

@@ -55,6 +55,8 @@ func defaultN(w string) int {
 		return 10
 	case "preempt_overhead":
 		return 2000000000
+	case "burst":
+		return 50000
 	case "mutex_uncontended", "wg_uncontended":
 		return 50000000
 	case "mutex", "mutex_slack", "mutex_work", "wg_adddone":
@@ -278,6 +280,60 @@ func rss(n int) (float64, int64, int64, int) {
 	live := runtime.NumGoroutine()
 	close(ch)
 	return float64(after-before) / float64(n), before, after, live
+}
+
+// deep touches ~depth KiB of stack (1 KiB frames).
+//
+//go:noinline
+func deep(depth int) int {
+	var buf [1024]byte
+	buf[7] = byte(depth)
+	if depth == 0 {
+		return int(buf[7])
+	}
+	return deep(depth-1) + int(buf[1000])
+}
+
+var sink int64
+
+// burst: n goroutines each touch ~33 KiB of stack and park; all are
+// released and exit; then the process idles 15 s. Returns the percent of
+// the RSS growth still resident 15 s after they ended, and the RSS figures.
+func burst(n int) (float64, int64, int64, int64, int64) {
+	ch := make(chan struct{})
+	var started, exited int64
+	time.Sleep(20 * time.Millisecond)
+	before := vmRSS()
+	for i := 0; i < n; i++ {
+		go func() {
+			atomic.AddInt64(&sink, int64(deep(32)))
+			atomic.AddInt64(&started, 1)
+			<-ch
+			atomic.AddInt64(&exited, 1)
+		}()
+	}
+	for atomic.LoadInt64(&started) < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	peak := vmRSS()
+	close(ch)
+	for atomic.LoadInt64(&exited) < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	ended := time.Now()
+	var at5 int64
+	for s := 1; s <= 15; s++ {
+		time.Sleep(time.Until(ended.Add(time.Duration(s) * time.Second)))
+		if s == 5 {
+			at5 = vmRSS()
+		}
+	}
+	after := vmRSS()
+	grown := peak - before
+	if grown < 1 {
+		grown = 1
+	}
+	return 100 * float64(after-before) / float64(grown), before, peak, at5, after
 }
 
 // ---------------------------------------------------------------------------
@@ -525,6 +581,10 @@ func main() {
 		fmt.Printf("RESULT %s go %.2f unit=ms %s\n", w, blockingSleeps(n), tail)
 	case "preempt_overhead":
 		fmt.Printf("RESULT preempt_overhead go %.2f unit=ms %s\n", preemptOverhead(n), tail)
+	case "burst":
+		pct, before, peak, at5, after := burst(n)
+		fmt.Printf("RESULT burst go %.2f unit=percent_of_growth_kept_15s rss_before_mb=%d rss_peak_mb=%d rss_5s_mb=%d rss_15s_mb=%d %s\n",
+			pct, before>>20, peak>>20, at5>>20, after>>20, tail)
 	case "mutex_uncontended", "mutex", "mutex_slack", "mutex_work", "wg_uncontended", "wg_adddone":
 		var ns float64
 		var workers int

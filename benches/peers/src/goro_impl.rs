@@ -27,6 +27,7 @@ pub fn run(w: &Work) -> Res {
         "blocking" => goro::run_with(config(procs), move || blocking_sleeps(n, false)),
         "blocking_guarded" => goro::run_with(config(procs), move || blocking_sleeps(n, true)),
         "preempt_overhead" => preempt_overhead(n, procs),
+        "burst" => goro::run_with(config(procs), move || burst(n)),
         other => match sync_shape(other) {
             Some(shape) => goro::run_with(config(procs), move || {
                 sync_bench::<GoroLock>(n, procs, shape, true)
@@ -348,6 +349,64 @@ fn rss(n: u64) -> Res {
     Ok(rss_out(before, after, n)?
         .with("num_goroutine", live)
         .with("woken_after_close", woke))
+}
+
+/// Stack frames of 1 KiB, `depth` deep: ~`depth` KiB of stack touched.
+#[inline(never)]
+fn deep(depth: u32) -> u64 {
+    let buf = std::hint::black_box([depth as u8; 1024]);
+    if depth == 0 {
+        return buf[7] as u64;
+    }
+    deep(depth - 1) + buf[1000] as u64
+}
+
+/// Burst and return (issue 11): n goroutines each touch ~33 KiB of stack
+/// and park; all are released and exit; then the process idles 15 s.
+/// Value: percent of the burst's RSS growth still resident 15 s after the
+/// goroutines ended (lower is better); peak and final RSS in the extras.
+fn burst(n: u64) -> Res {
+    let (tx, rx) = goro::chan::<()>(0);
+    let started = Arc::new(AtomicU64::new(0));
+    let exited = Arc::new(AtomicU64::new(0));
+    goro::time::sleep(Duration::from_millis(20));
+    let before = vm_rss();
+    for _ in 0..n {
+        let (rx, started, exited) = (rx.clone(), started.clone(), exited.clone());
+        drop(goro::spawn(move || {
+            std::hint::black_box(deep(32));
+            started.fetch_add(1, SeqCst);
+            let _ = rx.recv();
+            exited.fetch_add(1, SeqCst);
+        }));
+    }
+    while started.load(SeqCst) < n {
+        goro::time::sleep(Duration::from_millis(1));
+    }
+    let peak = vm_rss();
+    tx.close();
+    while exited.load(SeqCst) < n {
+        goro::time::sleep(Duration::from_millis(1));
+    }
+    let ended = Instant::now();
+    let mut at5 = 0;
+    for s in 1..=15 {
+        goro::time::sleep((ended + Duration::from_secs(s)).saturating_duration_since(Instant::now()));
+        if s == 5 {
+            at5 = vm_rss();
+        }
+    }
+    let after = vm_rss();
+    let grown = peak.saturating_sub(before).max(1) as f64;
+    Ok(Out {
+        value: 100.0 * after.saturating_sub(before) as f64 / grown,
+        extra: Vec::new(),
+    }
+    .with("unit", "percent_of_growth_kept_15s")
+    .with("rss_before_mb", before >> 20)
+    .with("rss_peak_mb", peak >> 20)
+    .with("rss_5s_mb", at5 >> 20)
+    .with("rss_15s_mb", after >> 20))
 }
 
 // ---- preemption and system calls (issue 7); shapes as in main.go ----

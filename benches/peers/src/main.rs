@@ -42,6 +42,7 @@ pub const WORKLOADS: &[&str] = &[
     "blocking",
     "blocking_guarded",
     "preempt_overhead",
+    "burst",
 ];
 pub const IMPLS: &[&str] = &[
     "goro",
@@ -70,6 +71,7 @@ fn default_n(workload: &str) -> u64 {
         "preempt" => 50,
         "blocking" | "blocking_guarded" => 10,
         "preempt_overhead" => 2_000_000_000,
+        "burst" => 50_000,
         _ => 1_000_000,
     }
 }

@@ -42,6 +42,9 @@ pub fn run(w: &Work) -> Res {
         "rss" => Box::pin(rss(n)),
         other => match sync_shape(other) {
             Some(shape) => Box::pin(mutex_bench(n, procs, shape)),
+            None if other == "burst" => {
+                return not_applicable("burst-and-return is measured for goro and Go")
+            }
             None => return Err(format!("unknown workload {other}")),
         },
     };
