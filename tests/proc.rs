@@ -1267,3 +1267,40 @@ fn netpoll_break() {
         woke.duration_since(start)
     );
 }
+
+/// Shrinking GOMAXPROCS must move the runnable goroutines queued on the
+/// destroyed Ps (procresize's runq drain to the global queue): a spawner on
+/// some P queues 100 children and at once shrinks to one P; every child
+/// must run without the Ps ever growing back. A lost queue hangs the
+/// child process (`isolated`'s watchdog).
+#[test]
+fn shrink_keeps_queued_goroutines() {
+    isolated("shrink_keeps_queued_goroutines", || {
+        run(|| {
+            let _p = procs(4);
+            for _ in 0..if qemu() { 5 } else { 20 } {
+                goro::set_max_procs(4);
+                let ran = Arc::new(AtomicUsize::new(0));
+                let (done_tx, done_rx) = chan::<()>(100);
+                let spawner = {
+                    let ran = ran.clone();
+                    goro::spawn(move || {
+                        for _ in 0..100 {
+                            let (ran, done_tx) = (ran.clone(), done_tx.clone());
+                            drop(goro::spawn(move || {
+                                ran.fetch_add(1, SeqCst);
+                                done_tx.send(()).unwrap();
+                            }));
+                        }
+                        goro::set_max_procs(1);
+                    })
+                };
+                spawner.join().unwrap();
+                for _ in 0..100 {
+                    done_rx.recv().unwrap();
+                }
+                assert_eq!(ran.load(SeqCst), 100);
+            }
+        })
+    });
+}
