@@ -177,6 +177,9 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
             }
         }
     }
+    if !out.is_empty() && crate::trace::on() {
+        crate::trace::netpoll(out.len());
+    }
 }
 
 // ---------------------------------------------------------------------------

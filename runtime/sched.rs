@@ -1721,6 +1721,9 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
             st.release_below(os::page_size());
         }
     }
+    if !batch.is_empty() && crate::trace::on() {
+        crate::trace::scavenge(batch.len());
+    }
     let mut s = SCHED.lock.lock();
     for gp in batch {
         // SAFETY: ours until listed.

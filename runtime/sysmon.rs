@@ -90,6 +90,7 @@ fn sysmon() -> ! {
     let mut last_scavenge = start;
     let mut scavenging = false;
     let mut last_detached_scan = start;
+    let mut last_counters = start;
     let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
     loop {
         if idle == 0 {
@@ -165,6 +166,15 @@ fn sysmon() -> ! {
             }
         }
         poll_network(now);
+        if crate::trace::on() && now - last_counters >= 1_000_000 {
+            last_counters = now;
+            let runnable = SCHED.runqsize.load(Ordering::Relaxed).max(0) as usize
+                + (0..sched::gomaxprocs())
+                    .map(|i| sched::allp(i).runq.len())
+                    .sum::<usize>();
+            let idle = SCHED.npidle.load(Ordering::Relaxed).max(0) as usize;
+            crate::trace::counters(runnable, idle);
+        }
         // Go resets the back-off only when retake handed a P off.
         if retake(now, &mut ticks) > 0 {
             idle = 0;

@@ -50,6 +50,13 @@ enum Kind {
     SyscallHandoff,
     /// A G took work from P `goid` (the victim's id).
     Steal,
+    /// Scheduler counters sampled by sysmon: `goid` runnable Gs (global
+    /// and local queues), `dur` idle Ps.
+    Counters,
+    /// netpoll made `goid` goroutines runnable.
+    Netpoll,
+    /// The stack scavenger returned `goid` free stacks to the OS.
+    Scavenge,
 }
 
 #[derive(Clone, Copy)]
@@ -186,6 +193,33 @@ pub(crate) fn steal(victim: usize) {
     instant(Kind::Steal, victim as u64, WaitReason::Zero);
 }
 
+/// Scheduler counters (sysmon, at most once per millisecond while tracing):
+/// `runnable` Gs in the global and local run queues, `idle_ps` idle Ps.
+#[cold]
+pub(crate) fn counters(runnable: usize, idle_ps: usize) {
+    let ev = Event {
+        kind: Kind::Counters,
+        ts: crate::os::nanotime(),
+        dur: idle_ps as i64,
+        p: -1,
+        goid: runnable as u64,
+        reason: WaitReason::Zero,
+    };
+    with_buf(|b| b.events.push(ev));
+}
+
+/// netpoll found `n` goroutines ready (any thread).
+#[cold]
+pub(crate) fn netpoll(n: usize) {
+    instant(Kind::Netpoll, n as u64, WaitReason::Zero);
+}
+
+/// The scavenger returned the pages of `n` free stacks (sysmon).
+#[cold]
+pub(crate) fn scavenge(n: usize) {
+    instant(Kind::Scavenge, n as u64, WaitReason::Zero);
+}
+
 /// Starts recording an execution trace to `path` (created or truncated
 /// now; written by [`stop`]). Go's `trace.Start`.
 ///
@@ -318,6 +352,21 @@ pub fn stop() -> io::Result<()> {
             Kind::Steal => write!(
                 f,
                 r#"{{"name":"steal","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"victim":{}}}}}"#,
+                e.goid
+            )?,
+            Kind::Counters => write!(
+                f,
+                r#"{{"name":"scheduler","ph":"C","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"runnable Gs":{},"idle Ps":{}}}}}"#,
+                e.goid, e.dur
+            )?,
+            Kind::Netpoll => write!(
+                f,
+                r#"{{"name":"netpoll","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"ready":{}}}}}"#,
+                e.goid
+            )?,
+            Kind::Scavenge => write!(
+                f,
+                r#"{{"name":"stack scavenge","ph":"i","s":"t","pid":1,"tid":{tid},"ts":{ts:.3},"args":{{"stacks":{}}}}}"#,
                 e.goid
             )?,
         }

@@ -900,11 +900,26 @@ fn trace_file() {
             std::io::ErrorKind::AlreadyExists
         );
         let (a, b) = ping_pong(100);
+        // A busy P for 20 ms: sysmon, awake while any P is busy, samples
+        // the scheduler counters at most once per millisecond (the
+        // scenario, not synchronisation).
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
         goro::trace::stop().unwrap();
         let evs = check_trace(&path, &[a, b]);
         assert!(evs
             .iter()
             .any(|e| e["name"] == "spawn" && e["args"]["goid"] == b));
+        let c = evs
+            .iter()
+            .find(|e| e["ph"] == "C" && e["name"] == "scheduler")
+            .expect("no scheduler counter event");
+        assert!(
+            c["args"]["runnable Gs"].is_u64() && c["args"]["idle Ps"].is_u64(),
+            "{c}"
+        );
         let _ = std::fs::remove_file(&path);
     });
 }
