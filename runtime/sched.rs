@@ -316,6 +316,20 @@ impl Synced {
         gp
     }
 
+    /// A P counted by the running stop-the-world has stopped: one fewer
+    /// to wait for; the last one wakes the stopper. `who` names the caller
+    /// in the throw for a P the stop-the-world did not count (better a
+    /// message now than the next stop waiting for ever).
+    fn stopped_one(&mut self, who: &str) {
+        self.stopwait -= 1;
+        if self.stopwait < 0 {
+            crate::throw::throwf(format_args!("{who}: negative stopwait"));
+        }
+        if self.stopwait == 0 {
+            SCHED.stopnote.wakeup();
+        }
+    }
+
     /// Go's mget.
     fn mget(&mut self) -> *mut M {
         let mp = self.midle;
@@ -784,13 +798,7 @@ pub(crate) fn handoffp(pp: *mut P) {
     let mut s = SCHED.lock.lock();
     if SCHED.gcwaiting.load(Ordering::Relaxed) {
         p.set_status(PStatus::Stopped);
-        s.stopwait -= 1;
-        if s.stopwait < 0 {
-            crate::throw::throw("handoffp: negative stopwait");
-        }
-        if s.stopwait == 0 {
-            SCHED.stopnote.wakeup();
-        }
+        s.stopped_one("handoffp");
         return;
     }
     if s.runqsize != 0 {
@@ -1438,15 +1446,7 @@ fn gcstopm(m: &M) {
         let mut s = SCHED.lock.lock();
         // SAFETY: pp was ours.
         unsafe { (*pp).set_status(PStatus::Stopped) };
-        s.stopwait -= 1;
-        if s.stopwait < 0 {
-            // A P stopped that the stop-the-world did not count: fail
-            // loudly here rather than hang the next one.
-            crate::throw::throw("gcstopm: negative stopwait");
-        }
-        if s.stopwait == 0 {
-            SCHED.stopnote.wakeup();
-        }
+        s.stopped_one("gcstopm");
     }
     stopm(m);
 }
@@ -1550,11 +1550,7 @@ fn stop_the_world(own: *mut P) {
                     crate::preempt::preemptone(p);
                 }
                 if p.cas_status(PStatus::Syscall, PStatus::Stopped) {
-                    let mut s = SCHED.lock.lock();
-                    s.stopwait -= 1;
-                    if s.stopwait == 0 {
-                        SCHED.stopnote.wakeup();
-                    }
+                    SCHED.lock.lock().stopped_one("stopTheWorld");
                 }
             }
         }

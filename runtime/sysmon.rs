@@ -87,8 +87,10 @@ fn sysmon() -> ! {
     let mut idle = 0u32;
     let mut delay = 20u64;
     let mut last_trace = start;
-    let mut last_scavenge = start;
-    let mut scavenging = false;
+    let mut scavenger = Scavenger {
+        last: start,
+        running: false,
+    };
     let mut last_detached_scan = start;
     let mut last_counters = start;
     let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
@@ -104,16 +106,12 @@ fn sysmon() -> ! {
             // sleeping, and sleep no longer than the scavenge period while
             // hot stacks wait.
             let now = crate::os::nanotime();
-            if scavenging || (sched::gfree_hot() && now - last_scavenge >= SCAVENGE_PERIOD_NS) {
-                scavenging = sched::scavenge_gfree(SCAVENGE_BATCH);
-                last_scavenge = now;
-                if scavenging {
-                    crate::os::usleep(20);
-                    continue;
-                }
+            if (scavenger.running || sched::gfree_hot()) && scavenger.tick(now) {
+                crate::os::usleep(20);
+                continue;
             }
             let cap = if sched::gfree_hot() {
-                (last_scavenge + SCAVENGE_PERIOD_NS - now).max(1_000_000)
+                (scavenger.last + SCAVENGE_PERIOD_NS - now).max(1_000_000)
             } else {
                 i64::MAX
             };
@@ -168,12 +166,11 @@ fn sysmon() -> ! {
         poll_network(now);
         if crate::trace::on() && now - last_counters >= 1_000_000 {
             last_counters = now;
-            let runnable = SCHED.runqsize.load(Ordering::Relaxed).max(0) as usize
-                + (0..sched::gomaxprocs())
-                    .map(|i| sched::allp(i).runq.len())
-                    .sum::<usize>();
-            let idle = SCHED.npidle.load(Ordering::Relaxed).max(0) as usize;
-            crate::trace::counters(runnable, idle);
+            let s = sched::snapshot();
+            crate::trace::counters(
+                s.global_runq + s.local_runq.iter().sum::<usize>(),
+                s.idle_procs,
+            );
         }
         // Go resets the back-off only when retake handed a P off.
         if retake(now, &mut ticks) > 0 {
@@ -185,11 +182,7 @@ fn sysmon() -> ! {
             last_detached_scan = now;
             signal_detached_running();
         }
-        // Scavenge free stacks every SCAVENGE_PERIOD_NS, a batch per tick.
-        if scavenging || now - last_scavenge >= SCAVENGE_PERIOD_NS {
-            scavenging = sched::scavenge_gfree(SCAVENGE_BATCH);
-            last_scavenge = now;
-        }
+        scavenger.tick(now);
         let trace = SCHEDTRACE_MS.load(Ordering::Relaxed) as i64;
         if trace > 0 && now - last_trace >= trace * 1_000_000 {
             last_trace = now;
@@ -211,6 +204,27 @@ fn poll_network(now: i64) {
         let mut list = Vec::new();
         crate::netpoll::netpoll(0, &mut list);
         sched::inject_glist(&list);
+    }
+}
+
+/// sysmon's stack scavenger: a pass every SCAVENGE_PERIOD_NS, then a
+/// batch of SCAVENGE_BATCH stacks per call until the global hot list is
+/// done (sched::scavenge_gfree decides what may go).
+struct Scavenger {
+    /// When the last batch ran (ns).
+    last: i64,
+    /// More batches follow the last one.
+    running: bool,
+}
+
+impl Scavenger {
+    /// Runs a batch if one is due; returns whether more batches follow.
+    fn tick(&mut self, now: i64) -> bool {
+        if self.running || now - self.last >= SCAVENGE_PERIOD_NS {
+            self.running = sched::scavenge_gfree(SCAVENGE_BATCH);
+            self.last = now;
+        }
+        self.running
     }
 }
 

@@ -140,11 +140,16 @@ pub(crate) fn slice_end() {
 }
 
 fn instant(kind: Kind, goid: u64, reason: WaitReason) {
+    record(kind, cur_p(), goid, 0, reason);
+}
+
+/// Appends an event stamped now to this thread's buffer.
+fn record(kind: Kind, p: i64, goid: u64, dur: i64, reason: WaitReason) {
     let ev = Event {
         kind,
         ts: crate::os::nanotime(),
-        dur: 0,
-        p: cur_p(),
+        dur,
+        p,
         goid,
         reason,
     };
@@ -197,15 +202,13 @@ pub(crate) fn steal(victim: usize) {
 /// `runnable` Gs in the global and local run queues, `idle_ps` idle Ps.
 #[cold]
 pub(crate) fn counters(runnable: usize, idle_ps: usize) {
-    let ev = Event {
-        kind: Kind::Counters,
-        ts: crate::os::nanotime(),
-        dur: idle_ps as i64,
-        p: -1,
-        goid: runnable as u64,
-        reason: WaitReason::Zero,
-    };
-    with_buf(|b| b.events.push(ev));
+    record(
+        Kind::Counters,
+        -1,
+        runnable as u64,
+        idle_ps as i64,
+        WaitReason::Zero,
+    );
 }
 
 /// netpoll found `n` goroutines ready (any thread).

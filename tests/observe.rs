@@ -192,6 +192,16 @@ fn rejections_since(before: [u64; 4], i: usize) -> u64 {
     goro::__private::deadlock_rejections()[i] - before[i]
 }
 
+/// A child's last step: at least one deadlock check since `before` stopped
+/// at one of the conditions `which` (indices as in `rejections_since`);
+/// then tells the parent it finished.
+#[track_caller]
+fn child_ok_after_rejection(before: [u64; 4], which: &[usize]) {
+    let n: u64 = which.iter().map(|&i| rejections_since(before, i)).sum();
+    assert!(n >= 1, "{:?}", goro::__private::deadlock_rejections());
+    println!("child ok");
+}
+
 /// Goroutines parked on channels while one waits for a timer channel
 /// (`select` on `time::after`): the pending timer is a possible waker.
 fn child_timer() {
@@ -213,12 +223,7 @@ fn child_timer() {
     // At least one check ran while only the timer could wake anyone: it
     // stopped at the M blocked in netpoll until the timer (0) or at the
     // timer itself (1).
-    assert!(
-        rejections_since(before, 0) + rejections_since(before, 1) >= 1,
-        "{:?}",
-        goro::__private::deadlock_rejections()
-    );
-    println!("child ok");
+    child_ok_after_rejection(before, &[0, 1]);
 }
 
 /// A plain thread (started inside a goroutine) holds the Sender and sends
@@ -238,12 +243,7 @@ fn child_plain_sender() {
         assert_eq!(h.join().unwrap(), 6);
         goro::blocking(|| t.join().unwrap());
     });
-    assert!(
-        rejections_since(before, 3) >= 1,
-        "{:?}",
-        goro::__private::deadlock_rejections()
-    );
-    println!("child ok");
+    child_ok_after_rejection(before, &[3]);
 }
 
 /// One goroutine sleeps in `goro::blocking` (status Syscall) then sends;
@@ -259,12 +259,7 @@ fn child_blocking() {
         assert_eq!(rx.recv().unwrap(), 9);
         s.join().unwrap();
     });
-    assert!(
-        rejections_since(before, 0) + rejections_since(before, 2) >= 1,
-        "{:?}",
-        goro::__private::deadlock_rejections()
-    );
-    println!("child ok");
+    child_ok_after_rejection(before, &[0, 2]);
 }
 
 /// The plain main thread waits in goro::run; a plain thread started before
@@ -290,12 +285,7 @@ fn child_run_from_plain() {
     tx3.send(2).unwrap();
     assert_eq!(waiter.join().unwrap(), 2);
     sender.join().unwrap();
-    assert!(
-        rejections_since(before, 3) >= 1,
-        "{:?}",
-        goro::__private::deadlock_rejections()
-    );
-    println!("child ok");
+    child_ok_after_rejection(before, &[3]);
 }
 
 /// Parks goroutines with several wait reasons, then raises SIGQUIT.

@@ -254,19 +254,34 @@ fn goroutine_parallelism2() {
 /// with one P and with the default number.
 #[test]
 fn yield_progress() {
+    check_yield_progress(false);
+}
+
+/// Go's testYieldProgress: the polling goroutine, locked to its thread
+/// when `locked`, spins through select/default + yield_now while the test
+/// goroutine parks on a 10 ms timer and then signals it.
+fn check_yield_progress(locked: bool) {
     let _s = serial();
-    run(|| {
+    run(move || {
         for n in [1, 0] {
             let _p = procs(n); // 0: query only, keeps the current value
             let (c_tx, c_rx) = chan::<bool>(0);
             let (ack_tx, ack_rx) = chan::<bool>(0);
-            let h = goro::spawn(move || loop {
-                goro::select! {
-                    recv(c_rx) -> _v => {
-                        ack_tx.send(true).unwrap();
-                        return;
-                    },
-                    default => { goro::yield_now() },
+            let h = goro::spawn(move || {
+                if locked {
+                    goro::lock_os_thread();
+                }
+                loop {
+                    goro::select! {
+                        recv(c_rx) -> _v => {
+                            ack_tx.send(true).unwrap();
+                            if locked {
+                                goro::unlock_os_thread();
+                            }
+                            return;
+                        },
+                        default => { goro::yield_now() },
+                    }
                 }
             });
             // The scenario, not synchronisation: park on a timer while the
@@ -1035,33 +1050,7 @@ fn timers_survive_shrinking_procs() {
 /// locked to its thread (lock_os_thread), with one P and with the default.
 #[test]
 fn yield_locked_progress() {
-    let _s = serial();
-    run(|| {
-        for n in [1, 0] {
-            let _p = procs(n); // 0: query only, keeps the current value
-            let (c_tx, c_rx) = chan::<bool>(0);
-            let (ack_tx, ack_rx) = chan::<bool>(0);
-            let h = goro::spawn(move || {
-                goro::lock_os_thread();
-                loop {
-                    goro::select! {
-                        recv(c_rx) -> _v => {
-                            ack_tx.send(true).unwrap();
-                            goro::unlock_os_thread();
-                            return;
-                        },
-                        default => { goro::yield_now() },
-                    }
-                }
-            });
-            // The scenario, not synchronisation: park on a timer while the
-            // locked goroutine spins through yield_now.
-            goro::time::sleep(Duration::from_millis(10));
-            c_tx.send(true).unwrap();
-            assert!(ack_rx.recv().unwrap());
-            h.join().unwrap();
-        }
-    });
+    check_yield_progress(true);
 }
 
 /// TestYieldLocked: a goroutine locked to its thread yields and sleeps,

@@ -319,33 +319,67 @@ fn select2(n: u64) -> Res {
     Ok(Out::per_op(d, got).with("from_a", na))
 }
 
+/// n goroutines that each run `before_park`, count themselves started,
+/// park on a receive from one channel, and count themselves exited once it
+/// is closed: the shape of the rss and burst workloads.
+struct ParkedGs {
+    n: u64,
+    tx: Sender<()>,
+    started: Arc<AtomicU64>,
+    exited: Arc<AtomicU64>,
+}
+
+impl ParkedGs {
+    fn spawn(n: u64, before_park: fn()) -> ParkedGs {
+        let (tx, rx) = goro::chan::<()>(0);
+        let started = Arc::new(AtomicU64::new(0));
+        let exited = Arc::new(AtomicU64::new(0));
+        for _ in 0..n {
+            let (rx, started, exited) = (rx.clone(), started.clone(), exited.clone());
+            drop(goro::spawn(move || {
+                before_park();
+                started.fetch_add(1, SeqCst);
+                let _ = rx.recv();
+                exited.fetch_add(1, SeqCst);
+            }));
+        }
+        ParkedGs {
+            n,
+            tx,
+            started,
+            exited,
+        }
+    }
+
+    /// Sleeps 1 ms at a time until every goroutine has started.
+    fn wait_started(&self) {
+        while self.started.load(SeqCst) < self.n {
+            goro::time::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Closes the channel and sleeps 1 ms at a time until every goroutine
+    /// has exited or `limit` has passed; returns how many exited.
+    fn release(self, limit: Option<Duration>) -> u64 {
+        self.tx.close();
+        let deadline = limit.map(|l| Instant::now() + l);
+        while self.exited.load(SeqCst) < self.n && deadline.map_or(true, |d| Instant::now() < d) {
+            goro::time::sleep(Duration::from_millis(1));
+        }
+        self.exited.load(SeqCst)
+    }
+}
+
 /// n goroutines parked on a receive from one channel; VmRSS delta / n.
 fn rss(n: u64) -> Res {
-    let (tx, rx) = goro::chan::<()>(0);
-    let started = Arc::new(AtomicU64::new(0));
-    let exited = Arc::new(AtomicU64::new(0));
     goro::time::sleep(Duration::from_millis(20));
     let before = vm_rss();
-    for _ in 0..n {
-        let (rx, started, exited) = (rx.clone(), started.clone(), exited.clone());
-        drop(goro::spawn(move || {
-            started.fetch_add(1, SeqCst);
-            let _ = rx.recv();
-            exited.fetch_add(1, SeqCst);
-        }));
-    }
-    while started.load(SeqCst) < n {
-        goro::time::sleep(Duration::from_millis(1));
-    }
+    let gs = ParkedGs::spawn(n, || {});
+    gs.wait_started();
     goro::time::sleep(Duration::from_millis(50));
     let after = vm_rss();
     let live = goro::num_goroutine();
-    tx.close();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while exited.load(SeqCst) < n && Instant::now() < deadline {
-        goro::time::sleep(Duration::from_millis(1));
-    }
-    let woke = exited.load(SeqCst);
+    let woke = gs.release(Some(Duration::from_secs(10)));
     Ok(rss_out(before, after, n)?
         .with("num_goroutine", live)
         .with("woken_after_close", woke))
@@ -366,32 +400,20 @@ fn deep(depth: u32) -> u64 {
 /// Value: percent of the burst's RSS growth still resident 15 s after the
 /// goroutines ended (lower is better); peak and final RSS in the extras.
 fn burst(n: u64) -> Res {
-    let (tx, rx) = goro::chan::<()>(0);
-    let started = Arc::new(AtomicU64::new(0));
-    let exited = Arc::new(AtomicU64::new(0));
     goro::time::sleep(Duration::from_millis(20));
     let before = vm_rss();
-    for _ in 0..n {
-        let (rx, started, exited) = (rx.clone(), started.clone(), exited.clone());
-        drop(goro::spawn(move || {
-            std::hint::black_box(deep(32));
-            started.fetch_add(1, SeqCst);
-            let _ = rx.recv();
-            exited.fetch_add(1, SeqCst);
-        }));
-    }
-    while started.load(SeqCst) < n {
-        goro::time::sleep(Duration::from_millis(1));
-    }
+    let gs = ParkedGs::spawn(n, || {
+        std::hint::black_box(deep(32));
+    });
+    gs.wait_started();
     let peak = vm_rss();
-    tx.close();
-    while exited.load(SeqCst) < n {
-        goro::time::sleep(Duration::from_millis(1));
-    }
+    gs.release(None);
     let ended = Instant::now();
     let mut at5 = 0;
     for s in 1..=15 {
-        goro::time::sleep((ended + Duration::from_secs(s)).saturating_duration_since(Instant::now()));
+        goro::time::sleep(
+            (ended + Duration::from_secs(s)).saturating_duration_since(Instant::now()),
+        );
         if s == 5 {
             at5 = vm_rss();
         }
@@ -426,7 +448,9 @@ fn syscall_getpid(n: u64) -> Res {
 fn hog_loop(stop: &std::sync::atomic::AtomicBool) -> u64 {
     let mut x = 1u64;
     while !stop.load(Relaxed) {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
     }
     x
 }
@@ -462,7 +486,10 @@ fn blocking_sleeps(n: u64, guarded: bool) -> Res {
     let hs: Vec<_> = (0..8)
         .map(|_| {
             goro::spawn(move || {
-                let ts = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
+                let ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 50_000_000,
+                };
                 for _ in 0..n {
                     // SAFETY: a valid timespec; no remainder wanted.
                     let sleep = || unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
@@ -516,25 +543,38 @@ fn overhead_work(n: u64) -> f64 {
 fn preempt_overhead(n: u64, procs: usize) -> Res {
     if std::env::var("GORO_PEERS_OVERHEAD_CHILD").is_ok() {
         let ms = goro::run_with(config(procs), move || overhead_work(n));
-        return Ok(Out { value: ms, extra: Vec::new() });
+        return Ok(Out {
+            value: ms,
+            extra: Vec::new(),
+        });
     }
     let on = goro::run_with(config(procs), move || {
         let ms = overhead_work(n);
         (ms, goro::stats().preemptions_async)
     });
     let off = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["preempt_overhead", "goro", &n.to_string(), &procs.to_string()])
+        .args([
+            "preempt_overhead",
+            "goro",
+            &n.to_string(),
+            &procs.to_string(),
+        ])
         .env("GORO_PEERS_OVERHEAD_CHILD", "1")
         .env("GODEBUG", "asyncpreemptoff=1")
         .output()
         .ok()
         .and_then(|o| {
             let s = String::from_utf8_lossy(&o.stdout).to_string();
-            s.split_whitespace().nth(3).and_then(|v| v.parse::<f64>().ok())
+            s.split_whitespace()
+                .nth(3)
+                .and_then(|v| v.parse::<f64>().ok())
         });
-    let mut out = Out { value: on.0, extra: Vec::new() }
-        .with("unit", "ms")
-        .with("preemptions_async", on.1);
+    let mut out = Out {
+        value: on.0,
+        extra: Vec::new(),
+    }
+    .with("unit", "ms")
+    .with("preemptions_async", on.1);
     if let Some(off) = off {
         out = out
             .with("off_ms", format!("{off:.1}"))

@@ -25,7 +25,9 @@ pub fn run(w: &Work) -> Res {
         "rss" => rss(n),
         other => match sync_shape(other) {
             Some(shape) => mutex_bench(n, procs, shape),
-            None if other == "burst" => not_applicable("burst-and-return is measured for goro and Go"),
+            None if other == "burst" => {
+                not_applicable("burst-and-return is measured for goro and Go")
+            }
             None => Err(format!("unknown workload {other}")),
         },
     }
