@@ -1120,6 +1120,15 @@ fn park_while_unwinding_keeps_panic_state() {
                 after.load(SeqCst),
                 "the unwinding goroutine lost its panic state"
             );
+            // No pin leaks: the count returns to 0. Under qemu it read 1
+            // right after the joins in 3 of 30 runs and 0 after a few
+            // yields in all of 60 (cause of the transient not identified;
+            // see the issue note). A leak never returns to 0 and fails here
+            // after the 10 s bound, a hang detector, not a speed check.
+            let t0 = std::time::Instant::now();
+            while goro::stats().pinned_threads != 0 && t0.elapsed() < Duration::from_secs(10) {
+                goro::yield_now();
+            }
             assert_eq!(goro::stats().pinned_threads, 0);
         })
     });
