@@ -37,7 +37,7 @@ BUILDLOG=$TARGET/compare-build.log
 
 SYNC_WORKLOADS="mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone"
 PREEMPT_WORKLOADS="syscall preempt blocking blocking_guarded preempt_overhead"
-ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss burst $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
+ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss burst trace $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
 WORKLOADS=${*:-$ALL_WORKLOADS}
 
 notes=()
@@ -201,6 +201,7 @@ n_for() { # workload impl -> N
         blocking | blocking_guarded) n=10 ;; # 8 goroutines x N x 50 ms
         preempt_overhead) n=2000000000 ;;  # xorshift steps shared by 8 goroutines
         burst) n=50000 ;;          # goroutines x ~33 KiB of stack, then 15 s idle
+        trace) n=1000000 ;;        # thread-ring hops, tracing off then on
     esac
     # Scaled-down N for implementations whose per-op cost is 10-1000x higher,
     # to keep the whole script within ~10 minutes; ns/op stays comparable.
@@ -229,6 +230,8 @@ applicable() { # impl workload
         goro_std/mutex* | goro_pl/mutex*) return 0 ;;
         goro_std/* | goro_pl/*) return 1 ;; # foreign locks: mutex workloads only
         go/wg_* | goro/wg_*) return 0 ;;
+        go/trace | goro/trace) return 0 ;;
+        */trace) return 1 ;; # goro::trace vs runtime/trace only
         go/syscall | goro/syscall | go/preempt* | goro/preempt* | go/blocking* | goro/blocking*) return 0 ;;
         */syscall | */preempt* | */blocking*) return 1 ;; # goro vs Go only
         */wg_*) return 1 ;; # no WaitGroup in may, tokio, std
@@ -366,6 +369,7 @@ for w in $WORKLOADS; do
     case $w in
         rss) unit="bytes/G" ;;
         burst) unit="% of burst RSS kept 15 s after" ;;
+        trace) unit="thread ring, trace on/off" ;;
         threadring) unit="ns/hop" ;;
         spawn | spawn_wait) unit="ns/G" ;;
         yield) unit="ns/yield" ;;

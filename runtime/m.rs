@@ -146,6 +146,12 @@ pub(crate) struct M {
     /// mstart1 for "terminating the thread"). Written once by mstart; read
     /// by the same thread on g0.
     pub(crate) mstart_buf: Cell<usize>,
+    /// Tracing is on: this M's copy of `trace::on()` for the hot hooks
+    /// (gopark, goready, schedule, execute), one byte load off the M they
+    /// already hold instead of a global reached through the GOT. Written
+    /// by trace::start/stop for every M in ALLM and by newm; Relaxed, as
+    /// the global: hooks may miss or add events around start/stop.
+    pub(crate) trace: AtomicBool,
 }
 
 // SAFETY: an M is shared through raw pointers between its own thread and the
@@ -180,6 +186,7 @@ impl M {
             retired: Cell::new(false),
             gsignal: Cell::new((0, 0)),
             mstart_buf: Cell::new(0),
+            trace: AtomicBool::new(false),
         }))
     }
 

@@ -93,7 +93,7 @@ pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason
     let m = unsafe { &*mp };
     // SAFETY: curg is the running G (never freed).
     let g = unsafe { &*m.curg.get() };
-    if crate::trace::on() {
+    if m.trace.load(Ordering::Relaxed) {
         // Inside the critical section: the trace buffer's lock must not be
         // held by a G preempted on this M (the M would then block on it).
         crate::trace::park(g.goid.get(), reason);
@@ -123,6 +123,10 @@ unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
     if let Some(f) = m.waitunlockf.take() {
         let arg = m.waitlock.replace(core::ptr::null_mut());
         if !f(gp, arg) {
+            if m.trace.load(Ordering::Relaxed) {
+                // The park recorded in gopark did not happen: pair it.
+                crate::trace::unpark(g.goid.get());
+            }
             g.cas_status(GStatus::Waiting, GStatus::Runnable);
             sched::execute(m, gp, true);
         }
@@ -139,7 +143,7 @@ pub(crate) fn goready(gp: *mut G) {
     let _ml = crate::m::MLock::of(mp);
     // SAFETY: gp is Waiting and its waker (the caller) owns it now.
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
-    if crate::trace::on() {
+    if crate::trace::on_m(mp) {
         // SAFETY: we own gp now; its id is stable while it lives.
         crate::trace::unpark(unsafe { (*gp).goid.get() });
     }

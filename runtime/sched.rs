@@ -586,7 +586,14 @@ fn newm(pp: *mut P, spinning: bool) {
         (*mp).nextp.set(pp);
         (*mp).spinning.set(spinning);
     }
-    ALLM.lock().push(mp as usize);
+    {
+        let mut all = ALLM.lock();
+        all.push(mp as usize);
+        // Under ALLM's lock: trace::start/stop set every M in ALLM after
+        // changing the global, so either they see this M or it sees them.
+        // SAFETY: not running yet.
+        unsafe { (*mp).trace.store(crate::trace::on(), Ordering::Relaxed) };
+    }
     if newm_needs_template() {
         let mut h = NEWM_HANDOFF.lock();
         if !h.started {
@@ -841,11 +848,11 @@ pub(crate) fn wake_netpoller(when: i64) {
 
 /// Go's schedule: find a runnable G and run it. g0 only; never returns.
 pub(crate) fn schedule() -> ! {
-    if crate::trace::on() {
-        crate::trace::slice_end();
-    }
     // SAFETY: called on g0 of the current thread's M.
     let m = unsafe { &*getm() };
+    if m.trace.load(Ordering::Relaxed) {
+        crate::trace::slice_end();
+    }
     let lg = m.lockedg.get();
     if !lg.is_null() {
         // This M runs only its locked G: give the P away until it is ready.
@@ -1112,7 +1119,7 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     g.m.set(m as *const M as *mut M);
     g.cas_status(GStatus::Runnable, GStatus::Running);
     g.preempt.store(false, Ordering::Relaxed);
-    if crate::trace::on() {
+    if m.trace.load(Ordering::Relaxed) {
         // SAFETY: we hold a P while executing; its id is immutable.
         crate::trace::slice_begin(unsafe { (*m.p.get()).id }, g.goid.get());
     }

@@ -78,6 +78,9 @@ pub fn enter_syscall() -> SyscallGuard {
     // SAFETY: on a user G holding a P (parkable_g), inside acquirem: this
     // thread's M, its running G and its P stay ours.
     let (m, g, pp) = unsafe { (&*getm(), &*gp, &*crate::m::getp()) };
+    if crate::trace::on() {
+        crate::trace::syscall_enter(pp.id, g.goid.get());
+    }
     reentersyscall(m, g, pp);
     SyscallGuard {
         active: true,
@@ -111,6 +114,10 @@ pub fn enter_syscall_block() -> SyscallGuard {
     }
     // SAFETY: as in enter_syscall.
     let (m, g) = unsafe { (&*getm(), &*gp) };
+    if crate::trace::on() {
+        // SAFETY: our P until releasep below.
+        crate::trace::syscall_enter(unsafe { (*m.p.get()).id }, g.goid.get());
+    }
     g.cas_status(GStatus::Running, GStatus::Syscall);
     let pp = sched::releasep(m);
     // SAFETY: pp was ours until releasep.
@@ -170,6 +177,11 @@ pub(crate) fn exitsyscall_locked(mp: *mut crate::m::M) {
     // or preempt::reacquire checked the state), inside acquirem.
     let (m, g) = unsafe { (&*mp, &*crate::m::getg()) };
     let oldp = m.oldp.replace(core::ptr::null_mut());
+    if crate::trace::on() {
+        // SAFETY: Ps are never freed; the id is immutable.
+        let p = unsafe { oldp.as_ref() }.map_or(-1, |p| p.id as i32);
+        crate::trace::syscall_exit(p, g.goid.get());
+    }
     if exitsyscallfast(m, oldp) {
         g.cas_status(GStatus::Syscall, GStatus::Running);
         crate::m::releasem(mp);

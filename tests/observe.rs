@@ -855,6 +855,26 @@ fn check_trace(path: &std::path::Path, ids: &[u64]) -> Vec<serde_json::Value> {
     assert!(evs
         .iter()
         .any(|e| e["name"] == "park" && e["args"]["reason"] == "chan receive"));
+    // Each park of these goroutines is followed by an unpark before the
+    // next park (they all ran to completion before the trace stopped).
+    for &id in ids {
+        let mut pu: Vec<(f64, u8)> = evs
+            .iter()
+            .filter(|e| e["args"]["goid"] == id && (e["name"] == "park" || e["name"] == "unpark"))
+            .map(|e| (e["ts"].as_f64().unwrap(), u8::from(e["name"] == "unpark")))
+            .collect();
+        pu.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let mut parked = false;
+        for (ts, unpark) in pu {
+            if unpark == 1 {
+                parked = false;
+            } else {
+                assert!(!parked, "G{id} parked twice without an unpark (at {ts} µs)");
+                parked = true;
+            }
+        }
+        assert!(!parked, "G{id}'s last park has no unpark");
+    }
     // Every event's track is named, and slices on one P never overlap.
     let mut by_p: std::collections::BTreeMap<i64, Vec<(f64, f64)>> = Default::default();
     for e in &evs {
@@ -890,6 +910,12 @@ fn trace_file() {
             std::io::ErrorKind::AlreadyExists
         );
         let (a, b) = ping_pong(100);
+        // A guarded blocking call: syscall enter/exit events.
+        let sys = goro::spawn(|| {
+            goro::blocking(|| std::hint::black_box(1));
+            goro::current_id().unwrap()
+        });
+        let sys = sys.join().unwrap();
         // A busy P for 20 ms: sysmon, awake while any P is busy, samples
         // the scheduler counters at most once per millisecond (the
         // scenario, not synchronisation).
@@ -902,6 +928,13 @@ fn trace_file() {
         assert!(evs
             .iter()
             .any(|e| e["name"] == "spawn" && e["args"]["goid"] == b));
+        for name in ["syscall enter", "syscall exit"] {
+            assert!(
+                evs.iter()
+                    .any(|e| e["name"] == name && e["args"]["goid"] == sys),
+                "no {name} for G{sys}"
+            );
+        }
         let c = evs
             .iter()
             .find(|e| e["ph"] == "C" && e["name"] == "scheduler")

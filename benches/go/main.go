@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,8 @@ func defaultN(w string) int {
 		return 2000000000
 	case "burst":
 		return 50000
+	case "trace":
+		return 1000000
 	case "mutex_uncontended", "wg_uncontended":
 		return 50000000
 	case "mutex", "mutex_slack", "mutex_work", "wg_adddone":
@@ -213,6 +216,31 @@ func threadRing(n int) (float64, time.Duration, int) {
 	id := <-done
 	d := time.Since(t)
 	return perOp(d, n), d, id
+}
+
+// traceOverhead: the thread ring with runtime/trace off, then on (the
+// trace streamed to a temporary file, as trace.Start does); returns the
+// on/off ratio of ns per hop, both ns/hop, and trace.Stop's time.
+func traceOverhead(n int) (float64, float64, float64, float64, int64) {
+	off, _, _ := threadRing(n)
+	f, err := os.CreateTemp("", "go-bench-trace-*.out")
+	if err != nil {
+		return 0, 0, 0, 0, 0
+	}
+	defer os.Remove(f.Name())
+	if err := trace.Start(f); err != nil {
+		return 0, 0, 0, 0, 0
+	}
+	on, _, _ := threadRing(n)
+	t := time.Now()
+	trace.Stop()
+	stop := time.Since(t)
+	f.Close()
+	var size int64
+	if st, err := os.Stat(f.Name()); err == nil {
+		size = st.Size()
+	}
+	return on / off, off, on, float64(stop.Microseconds()) / 1e3, size
 }
 
 // select2: one goroutine selecting over two unbuffered channels, each fed by
@@ -566,6 +594,14 @@ func main() {
 			return
 		}
 		fmt.Printf("RESULT threadring go %.2f total_ms=%.1f id=%d %s\n", ns, float64(d.Microseconds())/1e3, id, tail)
+	case "trace":
+		r, off, on, stopMs, size := traceOverhead(n)
+		if r == 0 {
+			fmt.Printf("RESULT trace go n/a trace-start-failed\n")
+			return
+		}
+		fmt.Printf("RESULT trace go %.2f unit=on/off off_ns=%.1f on_ns=%.1f stop_ms=%.1f file_mb=%.1f %s\n",
+			r, off, on, stopMs, float64(size)/1e6, tail)
 	case "select2":
 		ns, na := select2(n)
 		fmt.Printf("RESULT select2 go %.2f from_a=%d %s\n", ns, na, tail)

@@ -28,6 +28,7 @@ pub fn run(w: &Work) -> Res {
         "blocking_guarded" => goro::run_with(config(procs), move || blocking_sleeps(n, true)),
         "preempt_overhead" => preempt_overhead(n, procs),
         "burst" => goro::run_with(config(procs), move || burst(n)),
+        "trace" => goro::run_with(config(procs), move || trace_overhead(n)),
         other => match sync_shape(other) {
             Some(shape) => goro::run_with(config(procs), move || {
                 sync_bench::<GoroLock>(n, procs, shape, true)
@@ -291,6 +292,31 @@ fn threadring(n: u64) -> Res {
     first.send(n).map_err(|_| "ring closed")?;
     let id = done_rx.recv().map_err(|_| "done closed")?;
     ring_out(t.elapsed(), n, id)
+}
+
+/// The thread ring with goro::trace off, then on (recording only: the file
+/// is written by `trace::stop` after the timed part, reported as stop_ms);
+/// value: the on/off ratio of ns per hop.
+fn trace_overhead(n: u64) -> Res {
+    let off = threadring(n)?.value;
+    let path = std::env::temp_dir().join(format!("goro-bench-trace-{}.json", std::process::id()));
+    goro::trace::start(&path).map_err(|e| format!("trace start: {e}"))?;
+    let on = threadring(n)?.value;
+    let t = Instant::now();
+    let stopped = goro::trace::stop();
+    let stop_ms = t.elapsed().as_secs_f64() * 1e3;
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let _ = std::fs::remove_file(&path);
+    stopped.map_err(|e| format!("trace stop: {e}"))?;
+    Ok(Out {
+        value: on / off,
+        extra: Vec::new(),
+    }
+    .with("unit", "on/off")
+    .with("off_ns", format!("{off:.1}"))
+    .with("on_ns", format!("{on:.1}"))
+    .with("stop_ms", format!("{stop_ms:.1}"))
+    .with("file_mb", format!("{:.1}", size as f64 / 1e6)))
 }
 
 /// One goroutine selecting over two unbuffered channels, each fed by its own

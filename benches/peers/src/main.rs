@@ -43,6 +43,7 @@ pub const WORKLOADS: &[&str] = &[
     "blocking_guarded",
     "preempt_overhead",
     "burst",
+    "trace",
 ];
 pub const IMPLS: &[&str] = &[
     "goro",
@@ -72,6 +73,7 @@ fn default_n(workload: &str) -> u64 {
         "blocking" | "blocking_guarded" => 10,
         "preempt_overhead" => 2_000_000_000,
         "burst" => 50_000,
+        "trace" => 1_000_000,
         _ => 1_000_000,
     }
 }
