@@ -5,6 +5,8 @@
 #   benches/compare.sh [workload ...]        # default: all workloads
 #   benches/compare.sh mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone
 #   benches/compare.sh http                  # optional: HTTP/1.1 keep-alive servers under wrk
+#   benches/compare.sh net                   # optional: echo10k idleconn (goro vs Go; each can
+#                                            # also be named alone)
 #
 # Environment:
 #   REPEAT=5        runs per (workload, impl); the table shows the median
@@ -13,6 +15,7 @@
 #                   parking_lot::Mutex, mutex workloads only)
 #   QUICK=1         divide every N by 10 (smoke test; numbers are noisier)
 #   TIMEOUT=120     seconds per single run; a run over it counts as n/a
+#   NET_CONNS=10000 connections of the net workloads (echo10k, idleconn)
 #
 # Each run is its own process, so a crash (e.g. may running out of
 # vm.max_map_count) becomes an n/a cell with the reason listed below the
@@ -38,7 +41,21 @@ BUILDLOG=$TARGET/compare-build.log
 SYNC_WORKLOADS="mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone"
 PREEMPT_WORKLOADS="syscall preempt blocking blocking_guarded preempt_overhead"
 ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss burst trace $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
+# Optional (not in the default list): goro::net vs Go's net, goro and go
+# only. echo10k: NET_CONNS connections to an echo server, N round trips of
+# 32 bytes each, value round trips/s; idleconn: N connections each held by
+# a goroutine parked in read, value (VmRSS + VmPTE growth) / N in KiB. Each
+# run is a server process and a client child (10,000 connections in one
+# process would need 20,000 fds). Shapes: benches/peers/README.md.
+NET_WORKLOADS="echo10k idleconn"
 WORKLOADS=${*:-$ALL_WORKLOADS}
+[ "$WORKLOADS" = net ] && WORKLOADS=$NET_WORKLOADS
+for w in $NET_WORKLOADS; do
+    if [[ " $WORKLOADS " == *" $w "* ]]; then
+        ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+        break
+    fi
+done
 
 notes=()
 note() { notes+=("$*"); }
@@ -175,7 +192,7 @@ fi
 
 GO_BIN=$TARGET/go-peers
 echo "building go-peers ..." >&2
-if ! (cd "$HERE/go" && GO111MODULE=off GOFLAGS= go build -o "$GO_BIN" main.go) >>"$BUILDLOG" 2>&1; then
+if ! (cd "$HERE/go" && GO111MODULE=off GOFLAGS= go build -o "$GO_BIN" main.go net.go) >>"$BUILDLOG" 2>&1; then
     note "go: go build failed; go column n/a (see $BUILDLOG)"
     GO_BIN=""
 fi
@@ -202,6 +219,8 @@ n_for() { # workload impl -> N
         preempt_overhead) n=2000000000 ;;  # xorshift steps shared by 8 goroutines
         burst) n=50000 ;;          # goroutines x ~33 KiB of stack, then 15 s idle
         trace) n=1000000 ;;        # thread-ring hops, tracing off then on
+        echo10k) n=10 ;;           # round trips per connection (NET_CONNS connections)
+        idleconn) n=10000 ;;       # connections
     esac
     # Scaled-down N for implementations whose per-op cost is 10-1000x higher,
     # to keep the whole script within ~10 minutes; ns/op stays comparable.
@@ -218,13 +237,15 @@ n_for() { # workload impl -> N
         tokio/mutex | tokio/mutex_slack | tokio/mutex_work) n=2000000 ;;
     esac
     if [ "$QUICK" = 1 ]; then
-        case $w in preempt | blocking | blocking_guarded) ;; *) n=$((n / 10)) ;; esac
+        case $w in preempt | blocking | blocking_guarded | echo10k | idleconn) ;; *) n=$((n / 10)) ;; esac
     fi
     echo "$n"
 }
 
 applicable() { # impl workload
     case $1/$2 in
+        go/echo10k | goro/echo10k | go/idleconn | goro/idleconn) return 0 ;;
+        */echo10k | */idleconn) return 1 ;; # goro::net vs Go's net only
         corosensei/switch | corosensei/yield) return 0 ;;
         corosensei/*) return 1 ;;
         goro_std/mutex* | goro_pl/mutex*) return 0 ;;
@@ -370,6 +391,8 @@ for w in $WORKLOADS; do
         rss) unit="bytes/G" ;;
         burst) unit="% of burst RSS kept 15 s after" ;;
         trace) unit="thread ring, trace on/off" ;;
+        echo10k) unit="round trips/s (higher is better)" ;;
+        idleconn) unit="KiB/conn (RSS+PTE)" ;;
         threadring) unit="ns/hop" ;;
         spawn | spawn_wait) unit="ns/G" ;;
         yield) unit="ns/yield" ;;
@@ -398,7 +421,7 @@ if [[ " $WORKLOADS " == *" threadring "* ]]; then
     done
     echo "$line"
 fi
-echo "Ratios < 1 mean goro is faster (smaller). (N=...) marks a scaled-down N for that cell."
+echo "Ratios < 1 mean goro is faster (smaller); echo10k (round trips/s) is the exception: > 1 means goro is faster. (N=...) marks a scaled-down N for that cell."
 if [ ${#notes[@]} -gt 0 ]; then
     echo
     echo "Notes:"

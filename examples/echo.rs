@@ -6,8 +6,6 @@
 //! Prints `listening on ADDR` once ready. Try it with
 //! `nc 127.0.0.1 7000`.
 
-use std::io::{Read, Write};
-
 fn main() {
     let addr = std::env::args()
         .nth(1)
@@ -30,18 +28,8 @@ fn main() {
     });
 }
 
-/// Copies everything the peer sends back to it until EOF or an error (a
-/// reset peer ends this connection only).
-fn echo(mut c: goro::net::TcpStream) {
-    let mut buf = [0u8; 16 << 10];
-    loop {
-        match c.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if c.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-        }
-    }
+/// Copies everything the peer sends back to it until EOF or an error (Go's
+/// `io.Copy(c, c)`; a reset peer ends this connection only).
+fn echo(c: goro::net::TcpStream) {
+    let _ = goro::io::copy(&mut &c, &mut &c);
 }

@@ -32,7 +32,7 @@
 //!   `sema` (Go's semaphore table: waiters keyed by address), `sync`
 //!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
 //!   (`goroutine_local!`), `net` (TCP/UDP/Unix sockets on the netpoller's
-//!   poll descriptors).
+//!   poll descriptors), `io` (Go's io.Copy over them).
 //! - observability (docs/OBSERVABILITY.md): `waitreason` (Go's wait
 //!   reasons, recorded by gopark), `dump` (goroutine dump, SIGQUIT),
 //!   `deadlock` (Go's checkdead), `trace` (Chrome trace-event JSON),
@@ -81,6 +81,7 @@ mod throw;
 mod timer;
 mod waitreason;
 
+pub mod io;
 pub mod net;
 pub mod sync;
 pub mod time;

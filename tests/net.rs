@@ -622,6 +622,126 @@ fn slowloris_does_not_hold_up_others() {
     });
 }
 
+/// A connected goro TCP pair: (client end, server end).
+fn tcp_pair() -> (TcpStream, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    (c, s)
+}
+
+#[test]
+fn io_copy_moves_every_byte_between_sockets() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        // writer -> a1 ~> a2 --copy--> b1 ~> b2 -> reader: the copying
+        // goroutine reads one goro socket and writes another; the payload
+        // exceeds the socket buffers, so it parks on both sides.
+        let (a1, a2) = tcp_pair();
+        let (b1, b2) = tcp_pair();
+        let len = scale(5 << 20) + 7;
+        let data = Arc::new(pattern(42, len));
+        let d2 = data.clone();
+        let writer = goro::go!(move || {
+            (&a1).write_all(&d2).unwrap();
+            a1.shutdown(Shutdown::Write).unwrap();
+        });
+        let copier = goro::go!(move || {
+            let n = goro::io::copy(&mut &a2, &mut &b1);
+            // Go's echo idiom ends with the peer seeing EOF.
+            b1.shutdown(Shutdown::Write).unwrap();
+            n
+        });
+        let mut got = Vec::with_capacity(len);
+        (&b2).read_to_end(&mut got).unwrap();
+        writer.join().unwrap();
+        assert_eq!(copier.join().unwrap().unwrap(), len as u64, "copy's count");
+        assert_eq!(got.len(), len, "bytes received");
+        assert!(got == *data, "copied bytes differ");
+    });
+}
+
+#[test]
+fn io_copy_errors_and_interrupts() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        // The writer's error: copying an endless source into a socket
+        // whose peer reset must stop with that error (and no SIGPIPE).
+        let (c, s) = tcp_pair();
+        reset(s);
+        let e = goro::io::copy(&mut std::io::repeat(7), &mut &c).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+            "{e}"
+        );
+
+        // The reader's error: a reset while copy is parked in read.
+        let (c, s) = tcp_pair();
+        (&s).write_all(b"before the reset").unwrap();
+        let c = Arc::new(c);
+        let c2 = c.clone();
+        let copier = goro::go!(move || {
+            let mut sink = Vec::new();
+            let r = goro::io::copy(&mut &*c2, &mut sink);
+            (r, sink)
+        });
+        // Wait until copy is parked in read. Whether or not it has read
+        // the 16 bytes yet, TCP hands them out before the reset's error.
+        while !c.__parked(false) {
+            goro::yield_now();
+        }
+        reset(s);
+        let (r, sink) = copier.join().unwrap();
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::ConnectionReset);
+        assert_eq!(&sink[..], b"before the reset", "bytes before the error");
+
+        // Interrupted reads are retried, short writes completed: a reader
+        // that fails with Interrupted before every chunk, into a writer
+        // that takes at most 1000 bytes per call.
+        struct Flaky<'a>(&'a [u8], bool);
+        impl Read for Flaky<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.1 = !self.1;
+                if self.1 {
+                    return Err(ErrorKind::Interrupted.into());
+                }
+                self.0.read(buf)
+            }
+        }
+        struct Short(Vec<u8>);
+        impl Write for Short {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(1000);
+                self.0.extend_from_slice(&buf[..n]);
+                Ok(n)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let data = pattern(9, 100_003);
+        let mut out = Short(Vec::new());
+        let n = goro::io::copy(&mut Flaky(&data, false), &mut out).unwrap();
+        assert_eq!(n, data.len() as u64);
+        assert!(out.0 == data, "bytes differ after interrupted reads");
+
+        // A writer that accepts nothing is WriteZero (Go's ErrShortWrite).
+        struct Zero;
+        impl Write for Zero {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Ok(0)
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let e = goro::io::copy(&mut &data[..], &mut Zero).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::WriteZero);
+    });
+}
+
 /// The child half of `accept_loop_survives_emfile` (does nothing unless
 /// run by it).
 #[test]

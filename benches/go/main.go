@@ -12,7 +12,9 @@
 // workloads are documented in benches/peers/README.md and mirrored exactly
 // by the Rust implementations in benches/peers/src.
 //
-// Build: GO111MODULE=off go build -o go-peers main.go (stdlib only).
+// The network workloads (echo10k, idleconn) are in net.go.
+//
+// Build: GO111MODULE=off go build -o go-peers main.go net.go (stdlib only).
 package main
 
 import (
@@ -60,6 +62,10 @@ func defaultN(w string) int {
 		return 50000
 	case "trace":
 		return 1000000
+	case "echo10k":
+		return 10 // round trips per connection (NET_CONNS of them)
+	case "idleconn":
+		return 10000 // connections
 	case "mutex_uncontended", "wg_uncontended":
 		return 50000000
 	case "mutex", "mutex_slack", "mutex_work", "wg_adddone":
@@ -621,6 +627,20 @@ func main() {
 		pct, before, peak, at5, after := burst(n)
 		fmt.Printf("RESULT burst go %.2f unit=percent_of_growth_kept_15s rss_before_mb=%d rss_peak_mb=%d rss_5s_mb=%d rss_15s_mb=%d %s\n",
 			pct, before>>20, peak>>20, at5>>20, after>>20, tail)
+	case "echo10k", "idleconn":
+		v, extra, err := netWorkload(w, n)
+		if os.Getenv(netClientEnv) != "" {
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "client:", err)
+				os.Exit(1)
+			}
+			return
+		}
+		if err != nil {
+			fmt.Printf("RESULT %s go n/a %s\n", w, strings.ReplaceAll(err.Error(), "\n", " "))
+			return
+		}
+		fmt.Printf("RESULT %s go %.2f %s %s\n", w, v, extra, tail)
 	case "mutex_uncontended", "mutex", "mutex_slack", "mutex_work", "wg_uncontended", "wg_adddone":
 		var ns float64
 		var workers int

@@ -165,14 +165,47 @@ pub fn __accept_backoffs() -> u64 {
     ACCEPT_BACKOFFS.load(core::sync::atomic::Ordering::Relaxed)
 }
 
-/// Backoff for temporary accept errors: logs the first one of the process
-/// to stderr, then parks 5 ms, doubling up to 1 s (Go's http.Server).
-struct AcceptBackoff(std::time::Duration);
+/// The hardened accept loop behind every listener's `incoming()`
+/// (`TcpListener`, `UnixListener`), shaped like Go's http.Server.Serve:
+/// temporary resource errors (see `accept_temporary`) are logged once per
+/// process to stderr and waited out with a backoff that parks the
+/// goroutine for 5 ms, doubling up to 1 s, and resets after a success;
+/// ECONNABORTED (the peer gave up while queued) is skipped; any other error
+/// is returned to the caller.
+struct AcceptLoop {
+    /// The last backoff; zero after a success.
+    backoff: std::time::Duration,
+}
 
-impl AcceptBackoff {
-    fn new() -> AcceptBackoff {
-        AcceptBackoff(std::time::Duration::ZERO)
+impl AcceptLoop {
+    fn new() -> AcceptLoop {
+        AcceptLoop {
+            backoff: std::time::Duration::ZERO,
+        }
     }
+
+    /// Calls `accept` until it yields a connection or an error that is
+    /// neither temporary nor ECONNABORTED. Blocking: parks in `accept` and
+    /// in the backoff sleeps (a plain thread blocks in both).
+    fn next<S, A>(
+        &mut self,
+        mut accept: impl FnMut() -> std::io::Result<(S, A)>,
+    ) -> std::io::Result<S> {
+        loop {
+            match accept() {
+                Ok((s, _)) => {
+                    self.backoff = std::time::Duration::ZERO;
+                    return Ok(s);
+                }
+                Err(e) if accept_temporary(&e) => self.wait(&e),
+                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Logs the first temporary error of the process, counts it and parks
+    /// for the next backoff step.
     fn wait(&mut self, e: &std::io::Error) {
         static LOGGED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
         // Relaxed: a log-once flag; a duplicate line under a race is harmless.
@@ -181,14 +214,11 @@ impl AcceptBackoff {
         }
         // Relaxed: a statistic.
         ACCEPT_BACKOFFS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
-        self.0 = if self.0.is_zero() {
+        self.backoff = if self.backoff.is_zero() {
             std::time::Duration::from_millis(5)
         } else {
-            (self.0 * 2).min(std::time::Duration::from_secs(1))
+            (self.backoff * 2).min(std::time::Duration::from_secs(1))
         };
-        crate::time::sleep(self.0);
-    }
-    fn reset(&mut self) {
-        self.0 = std::time::Duration::ZERO;
+        crate::time::sleep(self.backoff);
     }
 }

@@ -1,7 +1,7 @@
 //! TCP: `TcpListener` and `TcpStream` (Go's net.TCPListener / net.TCPConn).
 
 use super::fd::{deadline, resolve, NetFd};
-use super::{accept_temporary, common_socket_methods, stream_io, AcceptBackoff};
+use super::{common_socket_methods, stream_io, AcceptLoop};
 use crate::netpoll::Mode;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{self, Read, Write};
@@ -102,7 +102,7 @@ impl TcpListener {
     pub fn incoming(&self) -> Incoming<'_> {
         Incoming {
             l: self,
-            backoff: AcceptBackoff::new(),
+            accept: AcceptLoop::new(),
         }
     }
 
@@ -161,23 +161,13 @@ impl std::fmt::Debug for TcpListener {
 /// [`TcpListener::incoming`]. Never returns `None`.
 pub struct Incoming<'a> {
     l: &'a TcpListener,
-    backoff: AcceptBackoff,
+    accept: AcceptLoop,
 }
 
 impl Iterator for Incoming<'_> {
     type Item = io::Result<TcpStream>;
     fn next(&mut self) -> Option<io::Result<TcpStream>> {
-        loop {
-            match self.l.accept() {
-                Ok((s, _)) => {
-                    self.backoff.reset();
-                    return Some(Ok(s));
-                }
-                Err(e) if accept_temporary(&e) => self.backoff.wait(&e),
-                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
-                Err(e) => return Some(Err(e)),
-            }
-        }
+        Some(self.accept.next(|| self.l.accept()))
     }
 }
 

@@ -2,7 +2,7 @@
 //! (Go's net.UnixListener / net.UnixConn).
 
 use super::fd::{send_nosignal, NetFd};
-use super::{accept_temporary, common_socket_methods, stream_io, AcceptBackoff};
+use super::{common_socket_methods, stream_io, AcceptLoop};
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
@@ -40,7 +40,7 @@ impl UnixListener {
     pub fn incoming(&self) -> UnixIncoming<'_> {
         UnixIncoming {
             l: self,
-            backoff: AcceptBackoff::new(),
+            accept: AcceptLoop::new(),
         }
     }
 
@@ -64,23 +64,13 @@ common_socket_methods!(UnixListener);
 /// Iterator returned by [`UnixListener::incoming`]; never returns `None`.
 pub struct UnixIncoming<'a> {
     l: &'a UnixListener,
-    backoff: AcceptBackoff,
+    accept: AcceptLoop,
 }
 
 impl Iterator for UnixIncoming<'_> {
     type Item = io::Result<UnixStream>;
     fn next(&mut self) -> Option<io::Result<UnixStream>> {
-        loop {
-            match self.l.accept() {
-                Ok((s, _)) => {
-                    self.backoff.reset();
-                    return Some(Ok(s));
-                }
-                Err(e) if accept_temporary(&e) => self.backoff.wait(&e),
-                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
-                Err(e) => return Some(Err(e)),
-            }
-        }
+        Some(self.accept.next(|| self.l.accept()))
     }
 }
 

@@ -164,6 +164,8 @@ impl Pb {
     }
 
     /// Go's pb.Next.
+    // The name mirrors Go's testing.PB; an Iterator would need an Item.
+    #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn next(&mut self) -> bool {
         if self.cache == 0 {
@@ -226,4 +228,58 @@ impl Lock for parking_lot::Mutex<()> {
 /// Result of a sync workload: ns/op = wall time / N (Go's RunParallel ns/op).
 pub fn sync_out(d: Duration, n: u64, workers: usize) -> Res {
     Ok(Out::per_op(d, n).with("workers", workers))
+}
+
+// ---------------------------------------------------------------------------
+// Network workloads (echo10k, idleconn): helpers shared by the goro rows.
+
+/// A field of /proc/self/status in KiB (`VmRSS`, `VmPTE`, ...), 0 if absent.
+pub fn vm_status_kib(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to the hard limit (`ulimit -n $(ulimit
+/// -Hn)`; Go 1.19 does the same at startup); returns the new soft limit.
+pub fn raise_nofile() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid, writable rlimit for getrlimit to fill in.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    r.rlim_cur = r.rlim_max;
+    // SAFETY: r is a valid rlimit; raising the soft limit to the hard one
+    // needs no privilege.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) };
+    r.rlim_cur
+}
+
+/// Number of connections of the network workloads: `NET_CONNS`, default
+/// 10,000 (the same variable is read by benches/go/main.go).
+pub fn net_conns() -> usize {
+    std::env::var("NET_CONNS")
+        .ok()
+        .and_then(|v| v.replace('_', "").parse().ok())
+        .unwrap_or(10_000)
+}
+
+/// Set in the client child of a network workload: the server's address.
+pub const NET_CLIENT_ENV: &str = "PEERS_NET_CLIENT";
+
+/// The message of round trip `k` on connection `i` of `echo10k` (32
+/// bytes; position- and connection-dependent so crossed streams show).
+pub fn echo_msg(i: usize, k: u64) -> [u8; 32] {
+    let mut m = [0u8; 32];
+    let mut x = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ k;
+    for b in m.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    m
 }

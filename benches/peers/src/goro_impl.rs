@@ -243,7 +243,7 @@ fn prodcons(n: u64, cap: usize, procs: usize) -> Res {
     for _ in 0..procs {
         let (batches, ctx1, tx) = (batches.clone(), ctx.clone(), tx.clone());
         drop(goro::spawn(move || {
-            while batches.fetch_sub(1, SeqCst) - 1 >= 0 {
+            while batches.fetch_sub(1, SeqCst) > 0 {
                 for _ in 0..CALLS_PER_SCHED {
                     tx.send(1).unwrap();
                 }
@@ -389,7 +389,7 @@ impl ParkedGs {
     fn release(self, limit: Option<Duration>) -> u64 {
         self.tx.close();
         let deadline = limit.map(|l| Instant::now() + l);
-        while self.exited.load(SeqCst) < self.n && deadline.map_or(true, |d| Instant::now() < d) {
+        while self.exited.load(SeqCst) < self.n && deadline.is_none_or(|d| Instant::now() < d) {
             goro::time::sleep(Duration::from_millis(1));
         }
         self.exited.load(SeqCst)

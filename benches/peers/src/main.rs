@@ -5,7 +5,8 @@
 //!
 //! Prints exactly one machine-parsable line on stdout:
 //!   `RESULT <workload> <impl> <value> [key=value ...]`
-//! where <value> is ns/op (bytes per goroutine for `rss`), or
+//! where <value> is ns/op (bytes per goroutine for `rss`; round trips/s
+//! for `echo10k`; KiB per connection for `idleconn`), or
 //!   `RESULT <workload> <impl> n/a <reason...>`
 //! when the implementation cannot run the workload.
 //!
@@ -15,6 +16,8 @@ mod common;
 mod coro_impl;
 #[cfg(feature = "goro")]
 mod goro_impl;
+#[cfg(feature = "goro")]
+mod goro_net;
 mod may_impl;
 mod std_impl;
 mod tokio_impl;
@@ -44,7 +47,11 @@ pub const WORKLOADS: &[&str] = &[
     "preempt_overhead",
     "burst",
     "trace",
+    "echo10k",
+    "idleconn",
 ];
+/// Workloads over goro::net (two processes each: server and client child).
+pub const NET_WORKLOADS: &[&str] = &["echo10k", "idleconn"];
 pub const IMPLS: &[&str] = &[
     "goro",
     "goro_std",
@@ -74,6 +81,8 @@ fn default_n(workload: &str) -> u64 {
         "preempt_overhead" => 2_000_000_000,
         "burst" => 50_000,
         "trace" => 1_000_000,
+        "echo10k" => 10,      // round trips per connection (NET_CONNS of them)
+        "idleconn" => 10_000, // connections
         _ => 1_000_000,
     }
 }
@@ -120,6 +129,10 @@ fn main() {
     };
 
     let res: Res = match imp {
+        "goro" if NET_WORKLOADS.contains(&workload) => run_goro_net(&w),
+        _ if NET_WORKLOADS.contains(&workload) => {
+            not_applicable("the network workloads are measured for goro and Go")
+        }
         "goro" => run_goro(&w),
         "goro_std" | "goro_pl" => run_goro_foreign(&w, imp),
         "may" => may_impl::run(&w),
@@ -152,6 +165,16 @@ fn run_goro(w: &Work) -> Res {
 
 #[cfg(not(feature = "goro"))]
 fn run_goro(_w: &Work) -> Res {
+    Err("built-without-goro-feature".into())
+}
+
+#[cfg(feature = "goro")]
+fn run_goro_net(w: &Work) -> Res {
+    goro_net::run(w)
+}
+
+#[cfg(not(feature = "goro"))]
+fn run_goro_net(_w: &Work) -> Res {
     Err("built-without-goro-feature".into())
 }
 

@@ -179,7 +179,7 @@ fn prodcons(n: u64, cap: usize, procs: usize) -> Res {
     for _ in 0..procs {
         let (batches, ctx1, ch1) = (batches.clone(), ctx.clone(), ch.clone());
         drop(may::go!(move || {
-            while batches.fetch_sub(1, SeqCst) - 1 >= 0 {
+            while batches.fetch_sub(1, SeqCst) > 0 {
                 for _ in 0..CALLS_PER_SCHED {
                     ch1.send(1);
                 }

@@ -150,7 +150,7 @@ async fn prodcons(n: u64, cap: usize, procs: usize) -> Res {
     for _ in 0..procs {
         let (batches, ctx1, tx) = (batches.clone(), ctx.clone(), tx.clone());
         tokio::spawn(async move {
-            while batches.fetch_sub(1, SeqCst) - 1 >= 0 {
+            while batches.fetch_sub(1, SeqCst) > 0 {
                 for _ in 0..CALLS_PER_SCHED {
                     tx.send_async(1).await.unwrap();
                 }
