@@ -63,7 +63,8 @@ pub(crate) struct G {
     status: AtomicU32,
     /// Goroutine id, unique per process; 0 while dead.
     pub(crate) goid: Cell<u64>,
-    /// The stack; None for a dead G whose (non-default) stack was freed.
+    /// The stack; None for a dead G whose stack (of an unpooled size,
+    /// see `stack::size_class`) was freed.
     pub(crate) stack: Cell<Option<Stack>>,
     /// The M running this G (Running/Syscall), else null.
     pub(crate) m: Cell<*mut M>,

@@ -97,7 +97,7 @@ pub use local::LocalKey;
 pub use preempt::PreemptMode;
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;
-pub use stack::{MAX_STACK_SIZE, MIN_STACK_SIZE};
+pub use stack::{MAX_POOLED_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE};
 pub use syscall::{blocking, enter_syscall, enter_syscall_block, exit_syscall, SyscallGuard};
 
 use std::sync::OnceLock;
@@ -118,7 +118,11 @@ pub struct Config {
     /// Number of Ps (GOMAXPROCS), 1..=MAX_PROCS.
     pub max_procs: usize,
     /// Default stack reservation per goroutine in bytes (guard excluded;
-    /// rounded up to pages). Default 256 KiB; at least 64 KiB.
+    /// rounded up to pages). Default 256 KiB; at least 64 KiB. Not a
+    /// thread's 2 MiB: each parked goroutine would then cost a page-table
+    /// page (4 KiB) on top of its stack page; 256 KiB is the largest
+    /// reservation that keeps a parked goroutine within 5 KiB (measured in
+    /// docs/DESIGN.md, "Stacks").
     pub stack_size: usize,
     /// Asynchronous preemption (Go's SIGURG preemption): a goroutine that
     /// has run for more than 10 ms while others wait is interrupted even in
@@ -598,6 +602,15 @@ pub fn stats() -> Stats {
 pub mod __private {
     pub use crate::select::{__select, __select_none, __select_timeout, RecvSlot, Scase, SendSlot};
     pub use crate::stack::guards_use_madvise;
+
+    /// Goroutine stacks returned to the global stack cache so far (only
+    /// grows): each cost one `madvise(MADV_DONTNEED)` and one global lock.
+    /// Spawns of pooled sizes (the default, and powers of two up to
+    /// `MAX_POOLED_STACK_SIZE`) never add to it. Test hook.
+    pub fn stack_frees() -> usize {
+        // Relaxed: a statistics counter.
+        crate::stack::STACK_FREES.load(std::sync::atomic::Ordering::Relaxed)
+    }
 
     /// Deadlock checks stopped by each condition (0: an M busy, 1: run
     /// queues or timers, 2: a goroutine not provably stuck, 3: a thread

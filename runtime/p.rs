@@ -4,6 +4,7 @@ use crate::atomic::{RelaxedPtr, RelaxedU32};
 use crate::g::G;
 use crate::m::M;
 use crate::runq::Local;
+use crate::stack;
 use crate::timer::Timers;
 use core::cell::Cell;
 use core::ptr;
@@ -25,10 +26,46 @@ pub(crate) enum PStatus {
     Dead = 4,
 }
 
-/// Max Gs on a P's free list before half spill to the global list.
+/// Max Gs on a P's free list of the default stack class before half spill
+/// to the global list (Go's gfput: 64, then down to 32).
 pub(crate) const GFREE_MAX: i32 = 64;
-/// Gs moved between the P and global free lists at a time.
-pub(crate) const GFREE_BATCH: i32 = 32;
+/// Bytes of reservation a P's free list of one power-of-two stack class
+/// may hold (the default class always holds up to GFREE_MAX Gs, 16 MiB at
+/// 256 KiB): larger classes keep fewer Gs per P, at least
+/// CLASS_GFREE_MIN, so that a P does not sit on gigabytes of touched
+/// stacks that sysmon's scavenger, which sees only the global lists,
+/// cannot return.
+const CLASS_GFREE_BYTES: usize = 16 << 20;
+
+/// Fewest Gs a P's free list of one stack class holds before spilling.
+const CLASS_GFREE_MIN: i32 = 4;
+
+/// Most Gs `P::gfree[c]` holds before half of them spill to the global
+/// list: GFREE_MAX for the default class 0, fewer for large classes.
+#[inline]
+pub(crate) fn gfree_max(c: usize) -> i32 {
+    if c == 0 {
+        return GFREE_MAX;
+    }
+    ((CLASS_GFREE_BYTES / stack::class_size(c)) as i32).clamp(CLASS_GFREE_MIN, GFREE_MAX)
+}
+
+/// Gs moved between `P::gfree[c]` and the global list of class `c` at a
+/// time (32 for the default class).
+#[inline]
+pub(crate) fn gfree_batch(c: usize) -> i32 {
+    gfree_max(c) / 2
+}
+
+/// A P's free list of dead Gs whose stacks share one size class (owner P
+/// only).
+pub(crate) struct GfreeList {
+    /// First G, linked through `g.schedlink`; null when empty.
+    pub(crate) head: Cell<*mut G>,
+    /// Gs on the list.
+    pub(crate) n: Cell<i32>,
+}
+
 /// Goroutine ids are handed to Ps in batches (Go's _GoidCacheBatch).
 pub(crate) const GOID_BATCH: u64 = 16;
 
@@ -53,9 +90,9 @@ pub(crate) struct P {
     pub(crate) m: RelaxedPtr<M>,
     /// Local run queue + runnext (lock-free; see runq.rs).
     pub(crate) runq: Local<G>,
-    /// Free dead Gs (with their stacks) and their count.
-    pub(crate) gfree: Cell<*mut G>,
-    pub(crate) gfree_n: Cell<i32>,
+    /// Free dead Gs (with their stacks), one list per stack size class
+    /// (`stack::size_class`; index 0: the default size).
+    pub(crate) gfree: [GfreeList; stack::NCLASS],
     /// Goroutine id cache [goidcache, goidcacheend).
     pub(crate) goidcache: Cell<u64>,
     pub(crate) goidcacheend: Cell<u64>,
@@ -79,8 +116,10 @@ impl P {
             syscalltick: AtomicU32::new(0),
             m: RelaxedPtr::new(ptr::null_mut()),
             runq: Local::new(),
-            gfree: Cell::new(ptr::null_mut()),
-            gfree_n: Cell::new(0),
+            gfree: core::array::from_fn(|_| GfreeList {
+                head: Cell::new(ptr::null_mut()),
+                n: Cell::new(0),
+            }),
             goidcache: Cell::new(0),
             goidcacheend: Cell::new(0),
             timers: Timers::new(),

@@ -45,11 +45,18 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 ) -> std::io::Result<u64> {
     crate::ensure_started();
     park::preempt_check();
+    // Relaxed: set once before the runtime starts (see sched::start).
+    let default = SCHED.stack_size.load(Ordering::Relaxed);
     // An impossible size is the caller's error: reject it before taking a
-    // G or mapping anything.
-    let want = match stack_size {
-        Some(s) => stack::try_round_size(s)?,
-        None => SCHED.stack_size.load(Ordering::Relaxed),
+    // G or mapping anything. A pooled size takes a G of its class, whose
+    // stack fits; an unpooled one takes a default-class G and swaps its
+    // stack below (the slow path).
+    let (class, want) = match stack_size {
+        Some(s) => match stack::size_class(stack::try_round_size(s)?, default) {
+            (Some(c), size) => (c, size),
+            (None, size) => (0, size),
+        },
+        None => (0, default),
     };
     // The P stays ours until the new G is queued.
     let (mp, pp) = park::acquirem_p();
@@ -57,8 +64,8 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     // SAFETY: the P is held by this M, and stays so in the section.
     let p = unsafe { pp.as_ref() };
     let mut gp = match p {
-        Some(p) => sched::gfget(p),
-        None => sched::gfget_global(),
+        Some(p) => sched::gfget(p, class),
+        None => sched::gfget_global(class),
     };
     if gp.is_null() {
         gp = G::alloc(None);
@@ -394,9 +401,16 @@ impl Builder {
         self
     }
 
-    /// Stack reservation in bytes (rounded up to pages, at least 64 KiB;
-    /// guard page not included). Pages are committed only when touched.
-    /// A size above [`crate::MAX_STACK_SIZE`] (1 TiB) makes
+    /// Stack reservation in bytes (guard page not included). Pages are
+    /// committed only when touched. The runtime default
+    /// ([`crate::Config::stack_size`]) is used as is; other sizes are
+    /// rounded up to a power of two (at least [`crate::MIN_STACK_SIZE`],
+    /// 64 KiB) up to [`crate::MAX_POOLED_STACK_SIZE`] (64 MiB), and their
+    /// goroutines reuse dead ones' stacks of the same size from per-P free
+    /// lists as default spawns do (no lock, no system call). Sizes above
+    /// 64 MiB are rounded up to pages only and are not pooled: each such
+    /// spawn and exit returns a stack to a global cache (one lock and one
+    /// `madvise` each). A size above [`crate::MAX_STACK_SIZE`] (1 TiB) makes
     /// [`spawn`](Builder::spawn) return an `InvalidInput` error; a size the
     /// OS cannot map makes it return the OS error. Go's maximum goroutine
     /// stack, 1 GiB, works.

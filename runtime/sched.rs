@@ -43,7 +43,7 @@
 
 use crate::g::{GStatus, G};
 use crate::m::{getm, setm, Note, M, MAX_M};
-use crate::p::{PStatus, GFREE_BATCH, GFREE_MAX, GOID_BATCH, P};
+use crate::p::{self, PStatus, GOID_BATCH, P};
 use crate::runq::LOCAL_CAP;
 use crate::stack;
 use crate::{arch, netpoll, os};
@@ -76,23 +76,39 @@ pub(crate) struct Synced {
     /// M structs allocated so far (next M id; exited Ms' structs and ids
     /// are reused, see allocm).
     pub(crate) mnext: i64,
-    /// Global free Gs (with stacks): recently freed ("hot", stack pages
-    /// still resident) and scavenged ("cold", pages returned to the OS);
-    /// `ngfree` counts both.
-    gfree: *mut G,
-    gfree_cold: *mut G,
-    ngfree: i32,
-    /// Gs taken from the global free lists (only grows). The scavenger
-    /// leaves the lists alone while this moves: a pool in use is kept hot.
-    gfree_pops: u64,
-    /// `gfree_pops` when the scavenger last looked.
-    gfree_pops_seen: u64,
+    /// Global free Gs (with stacks), one pair of lists per stack size
+    /// class (`stack::size_class`; 0: the default size).
+    gfree: [GfreeGlobal; stack::NCLASS],
     /// STW: Ps still to stop.
     stopwait: i32,
 }
 
 // SAFETY: only reachable through the lock.
 unsafe impl Send for Synced {}
+
+/// The global free Gs of one stack size class (under sched.lock):
+/// recently freed ("hot", stack pages still resident) and scavenged
+/// ("cold", pages returned to the OS); `n` counts both.
+struct GfreeGlobal {
+    hot: *mut G,
+    cold: *mut G,
+    n: i32,
+    /// Gs taken from these lists (only grows). The scavenger leaves the
+    /// class alone while this moves: a pool in use is kept hot.
+    pops: u64,
+    /// `pops` when the scavenger last looked.
+    pops_seen: u64,
+}
+
+impl GfreeGlobal {
+    const EMPTY: GfreeGlobal = GfreeGlobal {
+        hot: ptr::null_mut(),
+        cold: ptr::null_mut(),
+        n: 0,
+        pops: 0,
+        pops_seen: 0,
+    };
+}
 
 /// Go's schedt.
 pub(crate) struct Sched {
@@ -143,11 +159,7 @@ pub(crate) static SCHED: Sched = Sched {
         midle: ptr::null_mut(),
         nmidle: 0,
         mnext: 0,
-        gfree: ptr::null_mut(),
-        gfree_cold: ptr::null_mut(),
-        ngfree: 0,
-        gfree_pops: 0,
-        gfree_pops_seen: 0,
+        gfree: [const { GfreeGlobal::EMPTY }; stack::NCLASS],
         stopwait: 0,
     }),
     nmspinning: AtomicI32::new(0),
@@ -287,31 +299,33 @@ impl Synced {
         self.nmidle += 1;
     }
 
-    /// Pushes a dead G on the global hot free list.
-    fn gfree_push(&mut self, gp: *mut G) {
+    /// Pushes a dead G on the global hot free list of stack class `c`.
+    fn gfree_push(&mut self, c: usize, gp: *mut G) {
+        let l = &mut self.gfree[c];
         // SAFETY: gp is dead and owned by the caller until listed.
-        unsafe { (*gp).schedlink.set(self.gfree) };
-        self.gfree = gp;
-        self.ngfree += 1;
-        NGFREE.store(self.ngfree, Ordering::Relaxed);
+        unsafe { (*gp).schedlink.set(l.hot) };
+        l.hot = gp;
+        l.n += 1;
+        NGFREE[c].store(l.n, Ordering::Relaxed);
         GFREE_HOT.store(true, Ordering::Relaxed);
     }
 
-    /// Pops a dead G from the global free lists, hot stacks first; null if
-    /// both are empty.
-    fn gfree_pop(&mut self) -> *mut G {
-        let list = if self.gfree.is_null() {
-            &mut self.gfree_cold
+    /// Pops a dead G from the global free lists of stack class `c`, hot
+    /// stacks first; null if both are empty.
+    fn gfree_pop(&mut self, c: usize) -> *mut G {
+        let l = &mut self.gfree[c];
+        let list = if l.hot.is_null() {
+            &mut l.cold
         } else {
-            &mut self.gfree
+            &mut l.hot
         };
         let gp = *list;
         if !gp.is_null() {
             // SAFETY: gp is on a global free list, owned under the lock.
             *list = unsafe { (*gp).schedlink.get() };
-            self.ngfree -= 1;
-            self.gfree_pops += 1;
-            NGFREE.store(self.ngfree, Ordering::Relaxed);
+            l.n -= 1;
+            l.pops += 1;
+            NGFREE[c].store(l.n, Ordering::Relaxed);
         }
         gp
     }
@@ -402,29 +416,64 @@ pub(crate) fn next_goid(pp: Option<&P>) -> u64 {
     }
 }
 
-/// Go's gfput: put a dead G on `pp`'s free list; spill half to the global
-/// list when the P holds GFREE_MAX. (Cold stack pages are returned to the
-/// OS later, off the hot path, by `scavenge_gfree`.)
+/// Go's gfput: put a dead G on `pp`'s free list of its stack's size class
+/// (Go keys stacks by size in stackpool/stackLarge; goro keeps them with
+/// their G); spill half to the global list of that class when the P holds
+/// `p::gfree_max` (GFREE_MAX for the default class). A stack of an
+/// unpooled size (above `stack::MAX_POOLED_STACK_SIZE`) goes back to the
+/// stack cache (`stack::free`: one madvise, one lock) and its G joins the
+/// default class stackless. (Cold pages of pooled stacks are returned to
+/// the OS later, off the hot path, by `scavenge_gfree`.) Owner P only.
 pub(crate) fn gfput(pp: &P, gp: *mut G) {
     // SAFETY: gp is dead and owned by the caller.
     let g = unsafe { &*gp };
     if let Some(s) = g.stack.get() {
-        if s.size() != SCHED.stack_size.load(Ordering::Relaxed) {
-            stack::free(s);
-            g.stack.set(None);
+        // Relaxed: set once before the runtime starts (see `start`).
+        let default = SCHED.stack_size.load(Ordering::Relaxed);
+        if s.size() != default {
+            return gfput_sized(pp, gp, s.size(), default);
         }
     }
-    g.schedlink.set(pp.gfree.get());
-    pp.gfree.set(gp);
-    pp.gfree_n.set(pp.gfree_n.get() + 1);
-    if pp.gfree_n.get() >= GFREE_MAX {
+    gfput_class(pp, gp, 0);
+}
+
+/// gfput of a G whose stack is not of the default size: to its class's
+/// list, or stackless to the default class if the size is unpooled.
+#[cold]
+#[inline(never)]
+fn gfput_sized(pp: &P, gp: *mut G, size: usize, default: usize) {
+    match stack::class_of(size, default) {
+        Some(c) => gfput_class(pp, gp, c),
+        None => {
+            // SAFETY: gp is dead and owned by the caller.
+            let g = unsafe { &*gp };
+            if let Some(s) = g.stack.take() {
+                stack::free(s);
+            }
+            gfput_class(pp, gp, 0);
+        }
+    }
+}
+
+/// Pushes dead `gp` on `pp`'s free list of class `c`, spilling half of it
+/// to the global list at `p::gfree_max(c)`. Inlined so that the default
+/// class (constant 0) costs what a single list did.
+#[inline(always)]
+fn gfput_class(pp: &P, gp: *mut G, c: usize) {
+    // SAFETY: gp is dead and owned by the caller.
+    let g = unsafe { &*gp };
+    let l = &pp.gfree[c];
+    g.schedlink.set(l.head.get());
+    l.head.set(gp);
+    l.n.set(l.n.get() + 1);
+    if l.n.get() >= p::gfree_max(c) {
         let mut batch: *mut G = ptr::null_mut();
-        while pp.gfree_n.get() > GFREE_BATCH {
-            let g1 = pp.gfree.get();
+        while l.n.get() > p::gfree_batch(c) {
+            let g1 = l.head.get();
             // SAFETY: g1 is on our free list.
             let g1r = unsafe { &*g1 };
-            pp.gfree.set(g1r.schedlink.get());
-            pp.gfree_n.set(pp.gfree_n.get() - 1);
+            l.head.set(g1r.schedlink.get());
+            l.n.set(l.n.get() - 1);
             g1r.schedlink.set(batch);
             batch = g1;
         }
@@ -432,14 +481,15 @@ pub(crate) fn gfput(pp: &P, gp: *mut G) {
         while !batch.is_null() {
             // SAFETY: batch is our private list.
             let next = unsafe { (*batch).schedlink.get() };
-            s.gfree_push(batch);
+            s.gfree_push(c, batch);
             batch = next;
         }
     }
 }
 
-/// Mirror of the global free list length, read without the lock.
-static NGFREE: AtomicI32 = AtomicI32::new(0);
+/// Mirrors of the global free list lengths per stack class, read without
+/// the lock (written under it).
+static NGFREE: [AtomicI32; stack::NCLASS] = [const { AtomicI32::new(0) }; stack::NCLASS];
 
 /// Whether the global hot free list may hold stacks the scavenger has not
 /// released yet. Set under sched.lock when a G is listed, cleared under it
@@ -453,36 +503,51 @@ pub(crate) fn gfree_hot() -> bool {
     GFREE_HOT.load(Ordering::Relaxed)
 }
 
-/// Go's gfget: a dead G with a stack of the default size from `pp`'s free
-/// list (refilled from the global list), or null.
-pub(crate) fn gfget(pp: &P) -> *mut G {
+/// Go's gfget: a dead G from `pp`'s free list of stack class `c`
+/// (refilled from the global list of that class), or null. A G of class
+/// `c >= 1` has a stack of exactly `stack::class_size(c)`; one of class 0
+/// has a default-size stack or none (its unpooled stack was freed). Owner P
+/// only. Inlined so that newproc's default spawn (constant 0) costs what a
+/// single list did.
+#[inline(always)]
+pub(crate) fn gfget(pp: &P, c: usize) -> *mut G {
+    let l = &pp.gfree[c];
     // Relaxed: a racy hint; the list itself is read under the lock.
-    if pp.gfree.get().is_null() && NGFREE.load(Ordering::Relaxed) > 0 {
-        let mut s = SCHED.lock.lock();
-        while pp.gfree_n.get() < GFREE_BATCH {
-            let gp = s.gfree_pop();
-            if gp.is_null() {
-                break;
-            }
-            // SAFETY: now ours.
-            unsafe { (*gp).schedlink.set(pp.gfree.get()) };
-            pp.gfree.set(gp);
-            pp.gfree_n.set(pp.gfree_n.get() + 1);
-        }
+    if l.head.get().is_null() && NGFREE[c].load(Ordering::Relaxed) > 0 {
+        gfget_refill(pp, c);
     }
-    let gp = pp.gfree.get();
+    let gp = l.head.get();
     if gp.is_null() {
         return gp;
     }
     // SAFETY: gp is on our free list.
-    pp.gfree.set(unsafe { (*gp).schedlink.get() });
-    pp.gfree_n.set(pp.gfree_n.get() - 1);
+    l.head.set(unsafe { (*gp).schedlink.get() });
+    l.n.set(l.n.get() - 1);
     gp
 }
 
-/// A dead G from the global free list (for spawns from plain threads).
-pub(crate) fn gfget_global() -> *mut G {
-    SCHED.lock.lock().gfree_pop()
+/// Moves up to `p::gfree_batch(c)` Gs from the global list of class `c`
+/// to `pp`'s (under sched.lock). Owner P only.
+#[inline(never)]
+fn gfget_refill(pp: &P, c: usize) {
+    let l = &pp.gfree[c];
+    let mut s = SCHED.lock.lock();
+    while l.n.get() < p::gfree_batch(c) {
+        let gp = s.gfree_pop(c);
+        if gp.is_null() {
+            break;
+        }
+        // SAFETY: now ours.
+        unsafe { (*gp).schedlink.set(l.head.get()) };
+        l.head.set(gp);
+        l.n.set(l.n.get() + 1);
+    }
+}
+
+/// A dead G from the global free list of stack class `c` (for spawns from
+/// plain threads).
+pub(crate) fn gfget_global(c: usize) -> *mut G {
+    SCHED.lock.lock().gfree_pop(c)
 }
 
 // ---------------------------------------------------------------------------
@@ -1588,16 +1653,18 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
         let p = allp(i);
         p.runq.drain(|gp| s.globrunqputhead(gp));
         p.timers.move_all(&p0.timers);
-        loop {
-            let gp = p.gfree.get();
-            if gp.is_null() {
-                break;
+        for (c, l) in p.gfree.iter().enumerate() {
+            loop {
+                let gp = l.head.get();
+                if gp.is_null() {
+                    break;
+                }
+                // SAFETY: gp is on p's free list and the world is stopped.
+                l.head.set(unsafe { (*gp).schedlink.get() });
+                s.gfree_push(c, gp);
             }
-            // SAFETY: gp is on p's free list and the world is stopped.
-            p.gfree.set(unsafe { (*gp).schedlink.get() });
-            s.gfree_push(gp);
+            l.n.set(0);
         }
-        p.gfree_n.set(0);
         p.set_status(PStatus::Dead);
     }
     SCHED.gomaxprocs.store(n as i32, Ordering::SeqCst);
@@ -1691,34 +1758,42 @@ pub(crate) fn pidleget_locked() -> Option<*mut P> {
     }
 }
 
-/// Returns the pages of up to `max` stacks on the global hot free list to
-/// the OS (`MADV_DONTNEED` of all but the top page) and moves them to the
-/// cold list, unless spawns took stacks from the global lists since the
-/// previous call (a pool in use stays hot; Go's scavenger likewise returns
-/// memory that has not been used recently). Returns whether hot stacks remain. Called by sysmon, without a
-/// P, in small batches so a long list never keeps sysmon from its other
-/// duties; sched.lock is not held across the system calls.
+/// Returns the pages of up to `max` stacks on the global hot free lists
+/// (every size class) to the OS (`MADV_DONTNEED` of all but the top page)
+/// and moves them to the cold lists, skipping a class from which spawns
+/// took stacks since the previous call (a pool in use stays hot; Go's
+/// scavenger likewise returns memory that has not been used recently).
+/// Returns whether hot stacks remain in the classes it may scavenge now.
+/// Called by sysmon, without a P, in small batches so a long list never
+/// keeps sysmon from its other duties; sched.lock is not held across the
+/// system calls.
 pub(crate) fn scavenge_gfree(max: usize) -> bool {
-    let mut batch: Vec<*mut G> = Vec::with_capacity(max);
+    const _: () = assert!(stack::NCLASS <= 32, "in_use below is a u32 bit set");
+    let mut batch: Vec<(usize, *mut G)> = Vec::with_capacity(max);
+    // Classes in use (bit c): left alone until the next period.
+    let mut in_use = 0u32;
     {
         let mut s = SCHED.lock.lock();
-        if s.gfree_pops != s.gfree_pops_seen {
-            // Spawns took stacks from the pool since the last look: it is
-            // in use, and releasing its pages would make each reuse fault
-            // them back in. Look again next period.
-            s.gfree_pops_seen = s.gfree_pops;
-            return false;
+        for (c, l) in s.gfree.iter_mut().enumerate() {
+            if l.pops != l.pops_seen {
+                // Spawns took stacks from this pool since the last look:
+                // it is in use, and releasing its pages would make each
+                // reuse fault them back in. Look again next period.
+                l.pops_seen = l.pops;
+                in_use |= 1 << c;
+                continue;
+            }
+            while batch.len() < max && !l.hot.is_null() {
+                let gp = l.hot;
+                // SAFETY: on the hot list, owned under the lock.
+                l.hot = unsafe { (*gp).schedlink.get() };
+                l.n -= 1;
+                batch.push((c, gp));
+            }
+            NGFREE[c].store(l.n, Ordering::Relaxed);
         }
-        while batch.len() < max && !s.gfree.is_null() {
-            let gp = s.gfree;
-            // SAFETY: on the hot list, owned under the lock.
-            s.gfree = unsafe { (*gp).schedlink.get() };
-            s.ngfree -= 1;
-            batch.push(gp);
-        }
-        NGFREE.store(s.ngfree, Ordering::Relaxed);
     }
-    for &gp in &batch {
+    for &(_, gp) in &batch {
         // SAFETY: detached from the list: ours alone.
         if let Some(st) = unsafe { (*gp).stack.get() } {
             st.release_below(os::page_size());
@@ -1728,15 +1803,22 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
         crate::trace::scavenge(batch.len());
     }
     let mut s = SCHED.lock.lock();
-    for gp in batch {
+    for (c, gp) in batch {
+        let l = &mut s.gfree[c];
         // SAFETY: ours until listed.
-        unsafe { (*gp).schedlink.set(s.gfree_cold) };
-        s.gfree_cold = gp;
-        s.ngfree += 1;
+        unsafe { (*gp).schedlink.set(l.cold) };
+        l.cold = gp;
+        l.n += 1;
+        NGFREE[c].store(l.n, Ordering::Relaxed);
     }
-    NGFREE.store(s.ngfree, Ordering::Relaxed);
-    let more = !s.gfree.is_null();
-    GFREE_HOT.store(more, Ordering::Relaxed);
+    // More to do now: hot stacks in a class not in use. Hot stacks in a
+    // class in use wait for the next period (GFREE_HOT stays set).
+    let more = s
+        .gfree
+        .iter()
+        .enumerate()
+        .any(|(c, l)| !l.hot.is_null() && in_use & (1 << c) == 0);
+    GFREE_HOT.store(s.gfree.iter().any(|l| !l.hot.is_null()), Ordering::Relaxed);
     more
 }
 

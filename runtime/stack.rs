@@ -27,8 +27,17 @@
 //! ```
 //!
 //! Stacks of dead goroutines are reused with their G (Go's gfree lists, see
-//! proc.rs); when a stack goes to a global cache its pages below the hot top
-//! are returned to the OS with `MADV_DONTNEED` (see [`Stack::release_cold`]).
+//! sched.rs), one list per *size class* (Go's stackpool orders and
+//! stackLarge's log2 buckets play the same part): class 0 holds stacks of
+//! the runtime default size (`Config::stack_size`, whatever it is), classes
+//! 1.. hold power-of-two reservations from [`MIN_STACK_SIZE`] (64 KiB) to
+//! [`MAX_POOLED_STACK_SIZE`] (64 MiB). A `Builder::stack_size` request is
+//! rounded up to its class ([`size_class`]; virtual space only: pages are
+//! committed on touch), so spawning with a non-default size reuses a G and
+//! its stack from the P's list like a default spawn: no lock, no system
+//! call. Larger reservations are not pooled: their stacks go back to the
+//! cache below when their G dies (one `MADV_DONTNEED` and one lock each, see
+//! [`free`]) and are taken from it again at the next spawn.
 
 use crate::os;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -55,6 +64,65 @@ pub const MAX_STACK_SIZE: usize = 1 << 40;
 /// ARENA_STACKS` get fewer stacks per arena (at least one), so a 1 GiB
 /// stack does not reserve 256 GiB of address space.
 const ARENA_MAX_BYTES: usize = 4 << 30;
+
+/// Largest pooled stack reservation, in bytes (64 MiB): a
+/// `Builder::stack_size` request up to this (other than the default size)
+/// is rounded up to a power of two, and its goroutine takes a dead one's
+/// stack of that size from a per-P free list, as default spawns do. A
+/// larger request is rounded to pages only and not pooled: each such spawn
+/// and exit takes a global lock, and each exit one `madvise`. (Go keeps
+/// free stacks per size too: per-P stackcache orders below 32 KiB, the
+/// locked stackLarge buckets above.)
+pub const MAX_POOLED_STACK_SIZE: usize = 64 << 20;
+
+/// log2 of [`MIN_STACK_SIZE`]: class 1 is 64 KiB.
+const MIN_CLASS_SHIFT: u32 = MIN_STACK_SIZE.trailing_zeros();
+
+/// Size classes of pooled stacks: class 0 is the runtime default size,
+/// class `c >= 1` the power of two `MIN_STACK_SIZE << (c - 1)`, up to
+/// [`MAX_POOLED_STACK_SIZE`] (12 classes: default, 64 KiB, ..., 64 MiB).
+pub(crate) const NCLASS: usize =
+    1 + (MAX_POOLED_STACK_SIZE.trailing_zeros() - MIN_CLASS_SHIFT) as usize + 1;
+
+/// The reservation a goroutine gets for a requested `bytes` (already
+/// rounded by [`try_round_size`]) and its size class, given the runtime
+/// default `default` (page-rounded): the default itself is class 0; other
+/// sizes up to [`MAX_POOLED_STACK_SIZE`] round up to their power of two
+/// (class >= 1, or 0 if that power is the default); larger ones stay exact
+/// with class `None` (unpooled).
+pub(crate) fn size_class(bytes: usize, default: usize) -> (Option<usize>, usize) {
+    if bytes == default {
+        return (Some(0), bytes);
+    }
+    if bytes > MAX_POOLED_STACK_SIZE {
+        return (None, bytes);
+    }
+    // bytes >= MIN_STACK_SIZE (try_round_size) and <= 64 MiB: no overflow.
+    let size = bytes.next_power_of_two();
+    if size == default {
+        return (Some(0), size);
+    }
+    let c = (size.trailing_zeros() - MIN_CLASS_SHIFT) as usize + 1;
+    (Some(c), size)
+}
+
+/// The class a dead G's stack of `size` usable bytes is listed under, or
+/// `None` if such stacks are not pooled (they go back to the cache).
+#[inline]
+pub(crate) fn class_of(size: usize, default: usize) -> Option<usize> {
+    if size == default {
+        return Some(0);
+    }
+    if size.is_power_of_two() && (MIN_STACK_SIZE..=MAX_POOLED_STACK_SIZE).contains(&size) {
+        return Some((size.trailing_zeros() - MIN_CLASS_SHIFT) as usize + 1);
+    }
+    None
+}
+
+/// Usable bytes of the stacks of power-of-two class `c` (`1..NCLASS`).
+pub(crate) const fn class_size(c: usize) -> usize {
+    MIN_STACK_SIZE << (c - 1)
+}
 
 /// `MADV_GUARD_INSTALL` (Linux 6.13, include/uapi/asm-generic/mman-common.h).
 const MADV_GUARD_INSTALL: libc::c_int = 102;
@@ -104,6 +172,11 @@ static GUARD_MODE: AtomicU8 = AtomicU8::new(GUARD_UNKNOWN);
 
 /// Number of stacks ever reserved (counter for `Stats::stacks_reserved`).
 pub(crate) static STACKS_RESERVED: AtomicUsize = AtomicUsize::new(0);
+
+/// Number of [`free`] calls: stacks returned to the cache, each costing
+/// one `MADV_DONTNEED` and one lock of [`POOL`] (test hook
+/// `goro::__private::stack_frees`; pooled sizes never get here).
+pub(crate) static STACK_FREES: AtomicUsize = AtomicUsize::new(0);
 
 /// An arena being carved: the next free slot and the arena's end.
 struct Arena {
@@ -195,8 +268,12 @@ pub(crate) fn alloc(size: usize) -> std::io::Result<Stack> {
     })
 }
 
-/// Returns a stack to the cache, releasing its cold pages first.
+/// Returns a stack to the cache, releasing its cold pages first. The slow
+/// path: used for stacks of unpooled sizes (above
+/// [`MAX_POOLED_STACK_SIZE`]) when their G dies, and for a G's stack that
+/// does not fit the spawn that took the G.
 pub(crate) fn free(s: Stack) {
+    STACK_FREES.fetch_add(1, Ordering::Relaxed); // statistics only
     s.release_cold();
     let slot = s.size() + os::page_size();
     let mut pool = POOL.lock();
@@ -334,4 +411,59 @@ pub(crate) fn guard_hit(addr: usize) -> Option<(usize, usize)> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KIB: usize = 1 << 10;
+
+    /// Requests map to the class whose power of two covers them, the
+    /// default size (power of two or not) to class 0, sizes above the
+    /// pooled bound to no class; a stack of the size a request got is
+    /// listed under the class the request asked for (gfput and gfget agree).
+    #[test]
+    fn size_classes() {
+        for default in [256 * KIB, 300 * KIB, 8 << 20] {
+            let default = round_size(default);
+            assert_eq!(size_class(default, default), (Some(0), default));
+            let mut last = 0;
+            let mut req = MIN_STACK_SIZE;
+            while req <= 2 * MAX_POOLED_STACK_SIZE {
+                let (c, size) = size_class(round_size(req), default);
+                assert!(size >= req, "{req}: rounded down to {size}");
+                assert_eq!(class_of(size, default), c, "request {req}");
+                match c {
+                    Some(0) => assert!(size == default),
+                    Some(c) => {
+                        assert!(c < NCLASS, "{req}: class {c}");
+                        assert_eq!(class_size(c), size);
+                        assert!(size < 2 * req, "{req}: {size} more than doubles it");
+                    }
+                    None => {
+                        assert!(req > MAX_POOLED_STACK_SIZE);
+                        assert_eq!(size, round_size(req));
+                    }
+                }
+                assert!(size >= last, "{req}: {size} below a smaller request's");
+                last = size;
+                req += req / 3 + 4096;
+            }
+        }
+        let d = 256 * KIB;
+        assert_eq!(size_class(64 * KIB, d), (Some(1), 64 * KIB));
+        assert_eq!(size_class(65 * KIB, d), (Some(2), 128 * KIB));
+        assert_eq!(size_class(200 * KIB, d), (Some(0), 256 * KIB));
+        assert_eq!(size_class(300 * KIB, d), (Some(4), 512 * KIB));
+        assert_eq!(size_class(8 << 20, d), (Some(8), 8 << 20));
+        assert_eq!(size_class(64 << 20, d), (Some(NCLASS - 1), 64 << 20));
+        assert_eq!(size_class((64 << 20) + 4096, d), (None, (64 << 20) + 4096));
+        // A default that is not a power of two has its own class; the
+        // power of two it would fall in stays a class of its own.
+        let d = round_size(300 * KIB);
+        assert_eq!(size_class(256 * KIB, d), (Some(3), 256 * KIB));
+        assert_eq!(class_of(512 * KIB, d), Some(4));
+        assert_eq!(class_of(1 << 30, d), None);
+    }
 }

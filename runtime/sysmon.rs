@@ -16,10 +16,10 @@
 //! - a detached M running user code again is signalled to take a P back.
 //!
 //! It also prints `GODEBUG=schedtrace` lines, and scavenges: 500 ms after
-//! goroutines' stacks reached the global free list it returns all but
-//! their top page to the OS, 64 stacks per tick, busy or idle (Go's stack
-//! freeing plus its background scavenger; Go 1.19 keeps a burst's stacks
-//! resident for minutes).
+//! goroutines' stacks reached the global free lists (one per stack size
+//! class) it returns all but their top page to the OS, 64 stacks per tick,
+//! busy or idle (Go's stack freeing plus its background scavenger; Go 1.19
+//! keeps a burst's stacks resident for minutes).
 
 use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -208,8 +208,9 @@ fn poll_network(now: i64) {
 }
 
 /// sysmon's stack scavenger: a pass every SCAVENGE_PERIOD_NS, then a
-/// batch of SCAVENGE_BATCH stacks per call until the global hot list is
-/// done (sched::scavenge_gfree decides what may go).
+/// batch of SCAVENGE_BATCH stacks per call until the global hot lists of
+/// every stack size class are done (sched::scavenge_gfree decides what may
+/// go).
 struct Scavenger {
     /// When the last batch ran (ns).
     last: i64,
@@ -494,7 +495,7 @@ pub(crate) fn schedtrace(uptime_ns: i64, detail: bool) {
             p.syscalltick.load(Ordering::Relaxed),
             mid(p.m.get()),
             p.runq.len(),
-            p.gfree_n.get(),
+            p.gfree.iter().map(|l| l.n.get()).sum::<i32>(),
             u8::from(p.timers.next_when() != 0),
         );
     }

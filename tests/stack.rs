@@ -2,8 +2,10 @@
 //! `goroutine <id> has overflowed its stack (reserved <N> KiB)` and aborts
 //! (checked in a child process: this test binary re-executes itself with
 //! GORO_STACK_CHILD set); deep but legal recursion works on 256 KiB, default
-//! and 1 MiB stacks; concurrent deep stacks do not overlap; a panic unwinds
-//! through a deep goroutine stack.
+//! and 1 MiB stacks and on every pooled size class; concurrent deep stacks
+//! do not overlap; a panic unwinds through a deep goroutine stack; spawns
+//! of non-default sizes reuse pooled stacks (no stack cache traffic) and
+//! the scavenger returns their pages too.
 //!
 //! Under qemu (GORO_QEMU=1 on aarch64) the child is started through
 //! `qemu-aarch64 -L /usr/aarch64-linux-gnu`.
@@ -89,6 +91,63 @@ fn overflow_child() {
                 let _ = h.join();
             });
         }
+        // A named goroutine with a non-default stack size (300 KiB, pooled
+        // in the 512 KiB class) recurses forever.
+        "spawned_sized" => {
+            goro::run(|| {
+                let h = goro::Builder::new()
+                    .name(String::from("sized-overflower"))
+                    .stack_size(300 * KIB)
+                    .spawn(|| {
+                        eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                        recurse_forever(0)
+                    })
+                    .unwrap();
+                let _ = h.join();
+            });
+        }
+        // Spawns of non-default sizes reuse pooled stacks: after a warm-up,
+        // thousands of sequential spawns and bursts of concurrent ones
+        // return no stack to the global cache (stack_frees: one madvise
+        // and one lock each) and reserve no new stacks beyond what the
+        // per-P lists can strand.
+        "reuse" => {
+            goro::run(|| {
+                const BURST: usize = 100;
+                let sizes = [128 * KIB, 300 * KIB, 2048 * KIB, 8192 * KIB];
+                let round = || {
+                    for &size in &sizes {
+                        let h = goro::Builder::new().stack_size(size).spawn(|| 1).unwrap();
+                        assert_eq!(h.join().unwrap(), 1);
+                    }
+                    let hs: Vec<_> = (0..BURST)
+                        .map(|i| {
+                            goro::Builder::new()
+                                .stack_size(128 * KIB)
+                                .spawn(move || i)
+                                .unwrap()
+                        })
+                        .collect();
+                    for (i, h) in hs.into_iter().enumerate() {
+                        assert_eq!(h.join().unwrap(), i);
+                    }
+                };
+                round();
+                let frees = goro::__private::stack_frees();
+                let reserved = goro::stats().stacks_reserved;
+                let rounds = if qemu() { 200 } else { 2_000 };
+                for _ in 0..rounds {
+                    round();
+                }
+                let frees = goro::__private::stack_frees() - frees;
+                let reserved = goro::stats().stacks_reserved - reserved;
+                eprintln!(
+                    "REUSE spawns={} frees={frees} reserved={reserved} procs={}",
+                    rounds * (sizes.len() + BURST),
+                    goro::stats().gomaxprocs
+                );
+            });
+        }
         // The goroutine that goro::run starts (default stack) recurses forever.
         "run" => {
             goro::run(|| {
@@ -131,9 +190,11 @@ fn overflow_child() {
         }
         // Scavenger: a burst of goroutines each touching 64 KiB of stack,
         // then all exit; RSS must give most of the growth back. Prints
-        // the figures for the parent.
-        "burst" => {
-            goro::run(|| {
+        // the figures for the parent. "burst" uses the default stack size,
+        // "burst_sized" a pooled non-default one (512 KiB).
+        "burst" | "burst_sized" => {
+            let size = (mode == "burst_sized").then_some(512 * KIB);
+            goro::run(move || {
                 let n = if qemu() { 1_000 } else { 5_000 };
                 let (tx, rx) = chan::<()>(0);
                 let started = Arc::new(AtomicUsize::new(0));
@@ -141,12 +202,17 @@ fn overflow_child() {
                 let hs: Vec<_> = (0..n)
                     .map(|_| {
                         let (rx, started) = (rx.clone(), started.clone());
-                        goro::spawn(move || {
+                        let mut b = goro::Builder::new();
+                        if let Some(size) = size {
+                            b = b.stack_size(size);
+                        }
+                        b.spawn(move || {
                             let top = stack_pos();
                             use_stack(top, 64 * KIB, 7, &|| {});
                             started.fetch_add(1, SeqCst);
                             let _ = rx.recv();
                         })
+                        .unwrap()
                     })
                     .collect();
                 while started.load(SeqCst) < n {
@@ -218,7 +284,19 @@ fn vm_rss_kib() -> usize {
 #[test]
 fn scavenger_returns_burst_stacks() {
     let _w = common::watchdog();
-    let out = run_child("burst");
+    check_burst("burst");
+}
+
+/// The same with a non-default stack size (512 KiB): the scavenger covers
+/// every size class's global free list, not only the default one.
+#[test]
+fn scavenger_returns_burst_stacks_of_sized_goroutines() {
+    let _w = common::watchdog();
+    check_burst("burst_sized");
+}
+
+fn check_burst(mode: &str) {
+    let out = run_child(mode);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed:\n{stderr}");
     let line = stderr
@@ -268,7 +346,8 @@ fn child_goroutine_id(stderr: &str) -> u64 {
         .unwrap_or_else(|| panic!("child did not print its goroutine id; stderr:\n{stderr}"))
 }
 
-fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
+/// Runs the overflow child `mode`, checks its report, returns its stderr.
+fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) -> String {
     let out = run_child(mode);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let id = child_goroutine_id(&stderr);
@@ -304,6 +383,7 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
         !stderr.contains("fatal runtime error: stack overflow"),
         "std's handler, not goro's, caught the overflow; stderr:\n{stderr}"
     );
+    stderr.into_owned()
 }
 
 /// Infinite recursion in a spawned goroutine with a 256 KiB stack: the
@@ -312,6 +392,54 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) {
 fn overflow_in_spawned_goroutine_aborts_with_message() {
     let _w = common::watchdog();
     check_overflow_child("spawned", 256, 256 + 16);
+}
+
+/// Infinite recursion in a named goroutine spawned with a non-default size
+/// (300 KiB, rounded up to its pooled 512 KiB class): reported like a
+/// default one, with the class's reservation and the name.
+#[test]
+fn overflow_in_sized_goroutine_names_it() {
+    let _w = common::watchdog();
+    let stderr = check_overflow_child("spawned_sized", 512, 512);
+    let id = child_goroutine_id(&stderr);
+    assert!(
+        stderr.contains(&format!("goroutine {id} is named \"sized-overflower\"")),
+        "no name in the overflow report; stderr:\n{stderr}"
+    );
+}
+
+/// Spawning with non-default stack sizes (128 KiB, 300 KiB, 2 MiB, 8 MiB)
+/// reuses pooled stacks: thousands of spawns after a warm-up return no
+/// stack to the global cache (each would cost a madvise and a lock) and
+/// reserve at most what per-P free lists can hold back (issue 11).
+#[test]
+fn sized_spawns_reuse_pooled_stacks() {
+    let _w = common::watchdog();
+    let out = run_child("reuse");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("REUSE "))
+        .unwrap_or_else(|| panic!("no REUSE line:\n{stderr}"));
+    let num = |k: &str| -> usize {
+        let v = line.split(&format!("{k}=")).nth(1).unwrap();
+        v.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert_eq!(
+        num("frees"),
+        0,
+        "sized spawns went through the stack cache: {line}"
+    );
+    // Bounded by what can be live at once: a burst (100) plus a P's worth
+    // of free Gs (64) stranded on each P's list, which a spawn on another
+    // P cannot take; unbounded growth (Gs lost to a list no spawn reads)
+    // would be one stack per spawn.
+    let bound = 100 + 64 * num("procs");
+    assert!(
+        num("reserved") <= bound,
+        "sized spawns kept reserving stacks (bound {bound}): {line}"
+    );
 }
 
 /// Infinite recursion in the goroutine of goro::run (a main-thread-like
@@ -367,6 +495,42 @@ fn deep_recursion_on_default_stack() {
         assert!(h.join().unwrap() > 10);
         let top = stack_pos();
         assert!(use_stack(top, 100 * KIB, 0x44, &|| {}) > 10);
+    });
+}
+
+/// Every pooled size class, interleaved with default spawns so that a G
+/// taken from the wrong free list would show: each goroutine uses most of
+/// the size it asked for (a request rounded down, or a stack of another
+/// class, overflows and aborts the test binary).
+#[test]
+fn deep_recursion_on_pooled_sizes() {
+    let _w = common::watchdog();
+    run(|| {
+        let sizes = [
+            (64 * KIB, 40 * KIB),
+            (128 * KIB, 100 * KIB),
+            (300 * KIB, 280 * KIB),
+            (2048 * KIB, 1900 * KIB),
+            (64 * 1024 * KIB, 8 * 1024 * KIB),
+        ];
+        for round in 0..3u8 {
+            for (i, &(size, depth)) in sizes.iter().enumerate() {
+                let tag = round * 16 + i as u8;
+                let h = goro::Builder::new()
+                    .stack_size(size)
+                    .spawn(move || {
+                        let top = stack_pos();
+                        use_stack(top, depth, tag, &|| {})
+                    })
+                    .unwrap();
+                let d = goro::spawn(move || {
+                    let top = stack_pos();
+                    use_stack(top, 100 * KIB, tag, &|| {})
+                });
+                assert!(h.join().unwrap() > depth / 1024, "size {size}");
+                assert!(d.join().unwrap() > 100);
+            }
+        }
     });
 }
 
@@ -462,15 +626,18 @@ fn panic_unwinds_through_deep_goroutine_stack() {
 // Stack sizes: main-thread-like run stack, impossible sizes, 1 GiB.
 
 /// The goroutine goro::run starts has a stack like Rust's main thread
-/// (8 MiB): 4 MiB of frames fit (they would overflow the 256 KiB default).
+/// (8 MiB): 4 MiB of frames fit (they would overflow the 256 KiB default),
+/// twice (the second run reuses a pooled 8 MiB stack).
 #[test]
 fn run_goroutine_has_main_thread_stack() {
     let _w = common::watchdog();
-    let frames = goro::run(|| {
-        let top = stack_pos();
-        use_stack(top, 4 * 1024 * KIB, 0x77, &|| {})
-    });
-    assert!(frames > 4000, "only {frames} frames");
+    for tag in [0x77u8, 0x78] {
+        let frames = goro::run(move || {
+            let top = stack_pos();
+            use_stack(top, 4 * 1024 * KIB, tag, &|| {})
+        });
+        assert!(frames > 4000, "only {frames} frames");
+    }
 }
 
 /// Sizes no stack can have: above the 1 TiB maximum, or overflowing when
