@@ -180,6 +180,9 @@ unsafe extern "C" fn gosched_m(arg: *mut u8) -> ! {
     g.m.set(core::ptr::null_mut());
     // SAFETY: we hold the M's P.
     sched::runqput(unsafe { &*m.p.get() }, gp, false);
+    if m.trace.load(Ordering::Relaxed) {
+        crate::trace::slice_end();
+    }
     sched::schedule()
 }
 
@@ -214,6 +217,9 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
     g.locked_count.set(0);
     // SAFETY: we hold the M's P.
     sched::gfput(unsafe { &*m.p.get() }, gp);
+    if m.trace.load(Ordering::Relaxed) {
+        crate::trace::slice_end();
+    }
     if locked {
         sched::retire_locked_m(m);
     }
@@ -396,6 +402,9 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
             unsafe { arch::gogo((*g.gobuf()).sp) }
         }
         None => {
+            if m.trace.load(Ordering::Relaxed) {
+                crate::trace::slice_end();
+            }
             sched::globrunqput_and_wake(gp);
             // A locked M waits in schedule (stoplockedm) for its G instead.
             if m.lockedg.get().is_null() {

@@ -915,9 +915,9 @@ pub(crate) fn wake_netpoller(when: i64) {
 pub(crate) fn schedule() -> ! {
     // SAFETY: called on g0 of the current thread's M.
     let m = unsafe { &*getm() };
-    if m.trace.load(Ordering::Relaxed) {
-        crate::trace::slice_end();
-    }
+    // The trace slice of the G that stopped was ended by its park or
+    // preemption event, or by gosched_m/goexit0/exitsyscall0 (no hook on
+    // this path: it is the hottest of all).
     let lg = m.lockedg.get();
     if !lg.is_null() {
         // This M runs only its locked G: give the P away until it is ready.

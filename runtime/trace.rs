@@ -33,7 +33,7 @@
 //! writes `len`, and `stop` ignores chunks of other generations.
 //!
 //! Slices are not stored as such: `execute` records a `Begin` (P, G) and
-//! `park`, `preempt` or the next `schedule` end it; `stop` replays each
+//! `park`, `preempt`, a yield, an exit or the next `Begin` end it; `stop` replays each
 //! thread's events in order to build the complete events (an M runs one G
 //! at a time, so a thread's slices never interleave). A goroutine that
 //! resumes without `schedule` (after a syscall with a new P) stays in its
@@ -45,10 +45,13 @@
 //! otherwise), converted to ns at `stop` from two (counter, `nanotime`)
 //! pairs taken at `start` and `stop` (Go's cputicks and ticksPerSecond).
 //! A counter read costs ~18 ns here against ~40 ns for the vDSO
-//! `clock_gettime`, and `schedule` after a park reads no clock at all.
+//! `clock_gettime`; a thread-ring hop records three events (unpark, park,
+//! Begin), each with one counter read.
+//!
 //! When tracing is off every hook is one Relaxed load and a branch: the
-//! hot ones (gopark, goready, schedule, execute) test a copy of the flag in
-//! the M they hold (`M::trace`), the others the global.
+//! hot ones (gopark, goready, execute) test a copy of the flag in the M
+//! they hold (`M::trace`), the others the global; `schedule` itself has no
+//! hook (the paths into it that did not park or preempt end the slice).
 
 use crate::waitreason::WaitReason;
 use core::cell::Cell;
@@ -89,7 +92,8 @@ const CHUNK_EVENTS: usize = CHUNK_BYTES / core::mem::size_of::<Event>();
 enum Kind {
     /// `execute` started goroutine `arg` on P `p`: opens a slice.
     Begin,
-    /// The M entered `schedule` with a slice open: closes it.
+    /// The M's goroutine yielded, exited or left a syscall without a P:
+    /// closes the open slice.
     End,
     Spawn,
     /// Goroutine `arg` parks with `reason`; closes the slice.
@@ -456,8 +460,9 @@ pub(crate) fn slice_begin(p: usize, goid: u64) {
     emit(Kind::Begin, p as i32, goid, WaitReason::Zero);
 }
 
-/// The M entered `schedule`: its goroutine stopped running (g0). Reads no
-/// clock when a park or preemption already ended the slice.
+/// The M's goroutine stopped running without a park or preemption event
+/// (yield, exit, a syscall exit that found no P): ends its slice (g0).
+/// Reads no clock when no slice is open.
 #[cold]
 pub(crate) fn slice_end() {
     let tb = TBUF.with(Cell::get);
