@@ -96,7 +96,7 @@ pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason
     if m.trace.load(Ordering::Relaxed) {
         // Inside the critical section: the trace buffer's lock must not be
         // held by a G preempted on this M (the M would then block on it).
-        crate::trace::park(g.goid.get(), reason);
+        crate::trace::park(m.p.get(), g.goid.get(), reason);
     }
     // Relaxed: diagnostics read racily by the dump; park_m's status CAS
     // (Release) publishes them to whoever readies the G anyway.
@@ -125,7 +125,7 @@ unsafe extern "C" fn park_m(arg: *mut u8) -> ! {
         if !f(gp, arg) {
             if m.trace.load(Ordering::Relaxed) {
                 // The park recorded in gopark did not happen: pair it.
-                crate::trace::unpark(g.goid.get());
+                crate::trace::unpark(m.p.get(), g.goid.get());
             }
             g.cas_status(GStatus::Waiting, GStatus::Runnable);
             sched::execute(m, gp, true);
@@ -145,7 +145,7 @@ pub(crate) fn goready(gp: *mut G) {
     unsafe { (*gp).cas_status(GStatus::Waiting, GStatus::Runnable) };
     if crate::trace::on_m(mp) {
         // SAFETY: we own gp now; its id is stable while it lives.
-        crate::trace::unpark(unsafe { (*gp).goid.get() });
+        crate::trace::unpark(pp, unsafe { (*gp).goid.get() });
     }
     if !pp.is_null() {
         // SAFETY: we hold pp (it is our M's P).

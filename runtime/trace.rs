@@ -340,13 +340,13 @@ fn set_all_m(on: bool) {
 }
 
 fn cur_p() -> i32 {
-    let pp = crate::m::getp();
-    if pp.is_null() {
-        -1
-    } else {
-        // SAFETY: Ps are never freed; the id is immutable.
-        unsafe { (*pp).id as i32 }
-    }
+    p_id(crate::m::getp())
+}
+
+/// The id of P `pp`, or -1 for none.
+fn p_id(pp: *const crate::p::P) -> i32 {
+    // SAFETY: Ps are never freed; the id is immutable.
+    unsafe { pp.as_ref() }.map_or(-1, |p| p.id as i32)
 }
 
 /// Appends an event stamped now to this thread's buffer. Not inlined: the
@@ -483,17 +483,18 @@ pub(crate) fn spawn(goid: u64) {
     instant(Kind::Spawn, goid, WaitReason::Zero);
 }
 
-/// The running goroutine `goid` parks with `reason`.
+/// The running goroutine `goid` parks with `reason` on P `p` (the
+/// caller's `m.p`, read without another TLS lookup).
 #[cold]
-pub(crate) fn park(goid: u64, reason: WaitReason) {
-    instant(Kind::Park, goid, reason);
+pub(crate) fn park(p: *const crate::p::P, goid: u64, reason: WaitReason) {
+    emit(Kind::Park, p_id(p), goid, reason);
 }
 
 /// Goroutine `goid` was readied (or resumed at once: its park's unlock
-/// function refused).
+/// function refused) by a thread holding P `p` (null: none).
 #[cold]
-pub(crate) fn unpark(goid: u64) {
-    instant(Kind::Unpark, goid, WaitReason::Zero);
+pub(crate) fn unpark(p: *const crate::p::P, goid: u64) {
+    emit(Kind::Unpark, p_id(p), goid, WaitReason::Zero);
 }
 
 /// Goroutine `goid` was preempted, cooperatively or by SIGURG (`async_`).
