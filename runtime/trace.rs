@@ -13,45 +13,50 @@
 //! readying or spawning a goroutine, sysmon) go to a track `tid = -1` named
 //! `no P`. Timestamps are µs since `start`.
 //!
-//! # Recording (Go's per-P trace buffers, made per thread)
-//!
-//! Each thread that records (an M, sysmon, a plain thread) owns a
-//! [`ThreadBuf`], found through a `const` thread-local (one TLS load), and
-//! appends fixed-size [`Event`]s to its current [`Chunk`] with no lock and
-//! no read-modify-write: the slot is written, then the chunk's `len` is
-//! stored with Release. A full chunk goes to the global `FULL` list (the
-//! only lock, taken once per [`CHUNK_EVENTS`] events) and the thread
-//! starts a new one. `stop` reads every chunk of the stopped generation up
-//! to its Acquire-loaded `len`; a writer that read `GEN` just before
-//! `stop` cleared it may append one more event, which is lost (events
-//! racing `start`/`stop` may be dropped, as before).
-//!
-//! Generations instead of clearing: `GEN` is 0 while off and the running
-//! trace's number while on. A chunk remembers the generation its events
-//! belong to; its owner resets it (len 0, then the new generation, Release)
-//! the first time it records for a new trace, so only the owner ever
-//! writes `len`, and `stop` ignores chunks of other generations.
-//!
-//! Slices are not stored as such: `execute` records a `Begin` (P, G) and
-//! `park`, `preempt`, a yield, an exit or the next `Begin` end it; `stop` replays each
-//! thread's events in order to build the complete events (an M runs one G
-//! at a time, so a thread's slices never interleave). A goroutine that
-//! resumes without `schedule` (after a syscall with a new P) stays in its
-//! slice, attributed to the P it started on.
-//!
-//! Clock: events are stamped with the CPU's counter (`rdtsc` on x86_64
-//! when the kernel's clocksource is the TSC, i.e. the kernel found it
-//! synchronised across CPUs; `cntvct_el0` on aarch64; `nanotime`
-//! otherwise), converted to ns at `stop` from two (counter, `nanotime`)
-//! pairs taken at `start` and `stop` (Go's cputicks and ticksPerSecond).
-//! A counter read costs ~18 ns here against ~40 ns for the vDSO
-//! `clock_gettime`; a thread-ring hop records three events (unpark, park,
-//! Begin), each with one counter read.
-//!
-//! When tracing is off every hook is one Relaxed load and a branch: the
-//! hot ones (gopark, goready, execute) test a copy of the flag in the M
-//! they hold (`M::trace`), the others the global; `schedule` itself has no
-//! hook (the paths into it that did not park or preempt end the slice).
+//! Usage: [`start`] and [`stop`], or `GORO_TRACE=path`; the recipe
+//! (open the file at ui.perfetto.dev) and the overhead figures are in
+//! docs/OBSERVABILITY.md. Recording costs 16 bytes of memory per event
+//! until [`stop`] writes the file.
+
+// # Recording (Go's per-P trace buffers, made per thread)
+//
+// Each thread that records (an M, sysmon, a plain thread) owns a
+// `ThreadBuf`, found through a `const` thread-local (one TLS load), and
+// appends fixed-size `Event`s to its current `Chunk` with no lock and
+// no read-modify-write: the slot is written, then the chunk's `len` is
+// stored with Release. A full chunk goes to the global `FULL` list (the
+// only lock, taken once per `CHUNK_EVENTS` events) and the thread
+// starts a new one. `stop` reads every chunk of the stopped generation up
+// to its Acquire-loaded `len`; a writer that read `GEN` just before
+// `stop` cleared it may append one more event, which is lost (events
+// racing `start`/`stop` may be dropped, as before).
+//
+// Generations instead of clearing: `GEN` is 0 while off and the running
+// trace's number while on. A chunk remembers the generation its events
+// belong to; its owner resets it (len 0, then the new generation, Release)
+// the first time it records for a new trace, so only the owner ever
+// writes `len`, and `stop` ignores chunks of other generations.
+//
+// Slices are not stored as such: `execute` records a `Begin` (P, G) and
+// `park`, `preempt`, a yield, an exit or the next `Begin` end it; `stop` replays each
+// thread's events in order to build the complete events (an M runs one G
+// at a time, so a thread's slices never interleave). A goroutine that
+// resumes without `schedule` (after a syscall with a new P) stays in its
+// slice, attributed to the P it started on.
+//
+// Clock: events are stamped with the CPU's counter (`rdtsc` on x86_64
+// when the kernel's clocksource is the TSC, i.e. the kernel found it
+// synchronised across CPUs; `cntvct_el0` on aarch64; `nanotime`
+// otherwise), converted to ns at `stop` from two (counter, `nanotime`)
+// pairs taken at `start` and `stop` (Go's cputicks and ticksPerSecond).
+// A counter read costs ~18 ns here against ~40 ns for the vDSO
+// `clock_gettime`; a thread-ring hop records three events (unpark, park,
+// Begin), each with one counter read.
+//
+// When tracing is off every hook is one Relaxed load and a branch: the
+// hot ones (gopark, goready, execute) test a copy of the flag in the M
+// they hold (`M::trace`), the others the global; `schedule` itself has no
+// hook (the paths into it that did not park or preempt end the slice).
 
 use crate::waitreason::WaitReason;
 use core::cell::Cell;
