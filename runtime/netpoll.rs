@@ -165,6 +165,10 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
             libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR,
         );
         if ev & r as u32 != 0 {
+            if ev & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+                pd.rclosed.store(true, Ordering::SeqCst);
+            }
+            pd.rtick.fetch_add(1, Ordering::SeqCst);
             let gp = unblock(&pd.rg, true);
             if !gp.is_null() {
                 out.push(gp);
@@ -236,6 +240,20 @@ pub(crate) struct PollDesc {
     /// Deadline generations: bumping cancels an armed deadline timer.
     rseq: AtomicU64,
     wseq: AtomicU64,
+    /// Read-side edges harvested so far (tokio's readiness tick): bumped
+    /// by `netpoll` before it records a readable edge. A TCP read that came
+    /// back short under tick `t` drained the socket; while the tick still
+    /// reads `t`, any data that arrived since has an edge waiting in epoll,
+    /// so the next read may park at once instead of trying a syscall that
+    /// would return EAGAIN (net/fd.rs `stream_read`). SeqCst on both sides:
+    /// the reader's load before its syscall and netpoll's bump before its
+    /// unblock are ordered with the slot operations that follow them.
+    rtick: AtomicU32,
+    /// Sticky: netpoll saw EPOLLRDHUP, EPOLLHUP or EPOLLERR (tokio's
+    /// READ_CLOSED, which clearing never removes). A short read can then
+    /// leave an EOF or error behind whose edge is spent, so reads never
+    /// skip their syscall again. Set (SeqCst) before the tick bump.
+    rclosed: AtomicBool,
 }
 
 /// Free descriptors (Go's pollcache).
@@ -261,6 +279,8 @@ impl PollDesc {
                 wg: AtomicUsize::new(PD_NIL),
                 rseq: AtomicU64::new(0),
                 wseq: AtomicU64::new(0),
+                rtick: AtomicU32::new(0),
+                rclosed: AtomicBool::new(false),
             }))
         });
         let addr = pd as *const PollDesc as u64;
@@ -273,6 +293,7 @@ impl PollDesc {
         pd.closing.store(false, Ordering::Relaxed);
         pd.rg.store(PD_NIL, Ordering::Relaxed);
         pd.wg.store(PD_NIL, Ordering::Relaxed);
+        pd.rclosed.store(false, Ordering::Relaxed);
         let tag = pd.fdseq.load(Ordering::Relaxed) & TAG_MASK;
         let mut ev = libc::epoll_event {
             events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
@@ -289,6 +310,18 @@ impl PollDesc {
             return Err(e);
         }
         Ok(pd)
+    }
+
+    /// The read-side readiness tick (see the field).
+    #[inline]
+    pub(crate) fn rtick(&self) -> u32 {
+        self.rtick.load(Ordering::SeqCst)
+    }
+
+    /// Whether a hang-up or error was seen on the read side (sticky).
+    #[inline]
+    pub(crate) fn rclosed(&self) -> bool {
+        self.rclosed.load(Ordering::SeqCst)
     }
 
     /// The registered fd.

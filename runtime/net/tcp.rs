@@ -246,7 +246,8 @@ impl TcpStream {
     }
 
     fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.read_io(|| (&self.inner).read(buf))
+        let len = buf.len();
+        self.fd.stream_read(len, || (&self.inner).read(buf))
     }
 
     fn write_impl(&self, buf: &[u8]) -> io::Result<usize> {
