@@ -87,7 +87,9 @@ pub(crate) fn write_goroutines(out: &mut Vec<u8>, walk: bool) -> io::Result<()> 
             GStatus::Dead | GStatus::Idle => unreachable!(),
         };
         let waited = match st {
-            GStatus::Waiting => match g.waitsince.load(Ordering::Relaxed) {
+            // Bit 0 is the stack shrinker's mark (shrink::HANDLED).
+            GStatus::Waiting => match g.waitsince.load(Ordering::Relaxed) & !crate::shrink::HANDLED
+            {
                 0 => None,
                 since => Some(now - since),
             },

@@ -32,6 +32,13 @@ pub(crate) enum GStatus {
     Preempted = 9,
 }
 
+/// Go's `_Gscan` bit, or'ed into a status: `Waiting | SCAN` means the G is
+/// parked and the stack shrinker (shrink.rs, which has the protocol) owns
+/// its stack for a moment. Only the shrinker sets it, only on `Waiting`,
+/// and only it clears it; [`G::cas_status`] from `Waiting` waits while it
+/// is set, and [`G::status`] reads `Waiting | SCAN` as `Waiting`.
+pub(crate) const SCAN: u32 = 0x1000;
+
 impl GStatus {
     fn from_u32(v: u32) -> GStatus {
         match v {
@@ -59,7 +66,9 @@ pub(crate) struct G {
     /// Saved context while not running. Written by mcall on the G's own M,
     /// read by the M that resumes it after dequeuing it.
     pub(crate) sched: core::cell::UnsafeCell<Gobuf>,
-    /// [`GStatus`] as u32. Transitions only through [`G::cas_status`].
+    /// [`GStatus`] as u32, possibly with [`SCAN`] set on `Waiting`.
+    /// Transitions only through [`G::cas_status`] (and the shrinker's
+    /// [`G::try_scan`]/[`G::end_scan`], shrink.rs).
     status: AtomicU32,
     /// Goroutine id, unique per process; 0 while dead.
     pub(crate) goid: Cell<u64>,
@@ -100,8 +109,11 @@ pub(crate) struct G {
     /// another thread: it is diagnostics, ordered by nothing.
     pub(crate) waitreason: AtomicU8,
     /// When the G last parked (Go's g.waitsince), in `nanotime` ns, read
-    /// from sysmon's clock (`waitreason::park_clock`, at most ~10 ms old),
-    /// for the dump's "N minutes". Relaxed, as waitreason.
+    /// from sysmon's clock (`waitreason::park_clock`, at most ~10 ms old,
+    /// always even), for the dump's "N minutes" and the stack shrinker's
+    /// park age. Bit 0 ([`crate::shrink::HANDLED`]) is set by the shrinker,
+    /// under the scan bit, once it has dealt with this park; gopark's next
+    /// stamp clears it for free. Relaxed, as waitreason.
     pub(crate) waitsince: AtomicI64,
 }
 
@@ -137,15 +149,20 @@ impl G {
         gp
     }
 
-    /// Current status. Acquire: pairs with the Release of the transition
-    /// that handed the G over, so its saved context is visible.
+    /// Current status, the scan bit masked off (a G being shrunk is
+    /// Waiting to every reader: dump, deadlock check, stats). Acquire:
+    /// pairs with the Release of the transition that handed the G over, so
+    /// its saved context is visible.
     #[inline]
     pub(crate) fn status(&self) -> GStatus {
-        GStatus::from_u32(self.status.load(Ordering::Acquire))
+        GStatus::from_u32(self.status.load(Ordering::Acquire) & !SCAN)
     }
 
     /// Go's casgstatus: the only way statuses change. Throws on an illegal
-    /// or lost transition (a runtime bug).
+    /// or lost transition (a runtime bug). A transition out of `Waiting`
+    /// that finds the shrinker's scan bit set waits for it to clear (the
+    /// protocol is in shrink.rs); the wait is on the CAS-failure path only,
+    /// so the successful CAS costs what it did before.
     #[inline]
     pub(crate) fn cas_status(&self, from: GStatus, to: GStatus) {
         debug_assert!(legal(from, to), "illegal G transition {from:?} -> {to:?}");
@@ -156,12 +173,84 @@ impl G {
             .compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            crate::throw::throwf(format_args!(
-                "casgstatus: bad transition {:?} -> {:?} (status is {:?})",
-                from,
-                to,
-                self.status()
-            ));
+            self.cas_status_slow(from, to);
+        }
+    }
+
+    /// The CAS of [`G::cas_status`] failed: wait out the shrinker's scan
+    /// bit (Go's casgstatus loop: spin with a pause, then yield the CPU,
+    /// since the shrinker may be descheduled inside its `madvise`), or
+    /// throw if the status is anything else.
+    #[cold]
+    #[inline(never)]
+    fn cas_status_slow(&self, from: GStatus, to: GStatus) {
+        let mut spins = 0u32;
+        loop {
+            // Relaxed: only decides whether to retry; the CAS below has
+            // the orderings (its Acquire pairs with `end_scan`'s Release,
+            // so the shrinker's madvise is done before we own the G).
+            let cur = self.status.load(Ordering::Relaxed);
+            if cur == from as u32 | SCAN {
+                if spins == 0 {
+                    crate::shrink::SCAN_WAITS.fetch_add(1, Ordering::Relaxed); // statistics only
+                }
+                spins += 1;
+                if spins < 100 {
+                    core::hint::spin_loop();
+                } else {
+                    crate::os::osyield();
+                }
+                continue;
+            }
+            if cur != from as u32 {
+                crate::throw::throwf(format_args!(
+                    "casgstatus: bad transition {:?} -> {:?} (status is {:#x})",
+                    from, to, cur
+                ));
+            }
+            // Failure: the shrinker set the bit again in between; the
+            // next round waits or throws.
+            if self
+                .status
+                .compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Shrinker side (shrink.rs): `Waiting -> Waiting | SCAN`, Go's
+    /// castogscanstatus. True if the G was Waiting and is now held: no
+    /// transition out of Waiting can complete until [`G::end_scan`], so its
+    /// saved context and stack stay as they are. sysmon only.
+    #[inline]
+    pub(crate) fn try_scan(&self) -> bool {
+        let w = GStatus::Waiting as u32;
+        // Acquire: pairs with park_m's Release (Running -> Waiting), so the
+        // saved sp, the stack and waitsince of this very park are visible.
+        // Nothing of ours needs publishing yet (no Release). Relaxed on
+        // failure: we then touch nothing.
+        self.status
+            .compare_exchange(w, w | SCAN, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Shrinker side: `Waiting | SCAN -> Waiting`, Go's
+    /// casfrom_Gscanstatus. Throws if the G was not held (nobody else may
+    /// change a status with the bit set). sysmon only.
+    #[inline]
+    pub(crate) fn end_scan(&self) {
+        let w = GStatus::Waiting as u32;
+        // Release: pairs with the Acquire of the waker's CAS out of Waiting
+        // (cas_status), so our madvise and the HANDLED mark are complete
+        // before anyone owns the G and runs it on this stack.
+        if self
+            .status
+            .compare_exchange(w | SCAN, w, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            crate::throw::throw("end_scan: G status changed under the scan bit");
         }
     }
 

@@ -72,6 +72,7 @@ mod runq;
 mod sched;
 mod select;
 mod sema;
+mod shrink;
 mod signal;
 mod stack;
 mod sudog;
@@ -610,6 +611,31 @@ pub mod __private {
     pub fn stack_frees() -> usize {
         // Relaxed: a statistics counter.
         crate::stack::STACK_FREES.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets the stack shrinker's pass period and the park age from which a
+    /// goroutine's stack is shrunk (runtime/shrink.rs; both 500 ms by
+    /// default). A zero period runs passes back to back, without the CPU
+    /// budget: a stress-test setting. Test hook.
+    pub fn set_stack_shrink(period: std::time::Duration, min_park: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ns = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        // Relaxed: tunables; sysmon reads them at each pass.
+        crate::shrink::PERIOD_NS.store(ns(period), Relaxed);
+        crate::shrink::MIN_PARK_NS.store(ns(min_park), Relaxed);
+    }
+
+    /// Stack shrinker counters (only grow): stacks whose dead part was
+    /// released, bytes released, and transitions out of Waiting that had
+    /// to wait for the shrinker's scan bit. Test hook.
+    pub fn stack_shrinks() -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Relaxed: statistics counters.
+        (
+            crate::shrink::SHRUNK.load(Relaxed),
+            crate::shrink::SHRUNK_BYTES.load(Relaxed),
+            crate::shrink::SCAN_WAITS.load(Relaxed),
+        )
     }
 
     /// Deadlock checks stopped by each condition (0: an M busy, 1: run

@@ -164,6 +164,47 @@ impl Stack {
     }
 }
 
+impl Stack {
+    /// Releases the dead part of a parked goroutine's stack (the stack
+    /// shrinker, shrink.rs): every whole page below `sp - slack`, from `lo`
+    /// up, if that is at least `min` bytes. Never the guard page (below
+    /// `lo`) nor the page holding `sp`'s frame (`slack` >= one page is
+    /// the caller's choice; the range ends at or below `sp - slack`).
+    /// Returns the bytes released (0 if nothing was: too little, or `sp`
+    /// is not inside this stack, which is then left alone).
+    ///
+    /// # Safety
+    /// `sp` is the saved stack pointer of a context suspended on this
+    /// stack, and for the whole call nothing runs on the stack nor reads
+    /// or writes it below `sp - slack` (the G is held Waiting under the
+    /// scan bit; see shrink.rs). Pages released read as zero afterwards.
+    pub(crate) unsafe fn release_dead(&self, sp: usize, slack: usize, min: usize) -> usize {
+        let page = os::page_size();
+        if sp <= self.lo || sp > self.hi {
+            return 0;
+        }
+        let Some(top) = sp.checked_sub(slack) else {
+            return 0;
+        };
+        let hi = top & !(page - 1);
+        if hi < self.lo || hi - self.lo < min {
+            return 0;
+        }
+        // SAFETY: [lo, hi) lies inside this stack's usable range (lo is
+        // page-aligned, just above the guard page; hi <= sp - slack < sp <=
+        // self.hi), and by the caller's contract no code uses it now;
+        // DONTNEED on private anonymous memory only drops contents (the
+        // pages fault back in zeroed), and guard markers below lo are not
+        // in the range.
+        let r = unsafe { libc::madvise(self.lo as *mut _, hi - self.lo, libc::MADV_DONTNEED) };
+        if r == 0 {
+            hi - self.lo
+        } else {
+            0
+        }
+    }
+}
+
 /// How guard pages are installed; probed once.
 const GUARD_UNKNOWN: u8 = 0;
 const GUARD_MADVISE: u8 = 1;

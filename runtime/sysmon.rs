@@ -19,7 +19,9 @@
 //! goroutines' stacks reached the global free lists (one per stack size
 //! class) it returns all but their top page to the OS, 64 stacks per tick,
 //! busy or idle (Go's stack freeing plus its background scavenger; Go 1.19
-//! keeps a burst's stacks resident for minutes).
+//! keeps a burst's stacks resident for minutes). It also releases the dead
+//! part (below the saved sp) of the stacks of goroutines parked for a
+//! period (shrink.rs, with its protocol).
 
 use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -91,6 +93,7 @@ fn sysmon() -> ! {
         last: start,
         running: false,
     };
+    let mut shrinker = crate::shrink::Shrinker::new(start);
     let mut last_detached_scan = start;
     let mut last_counters = start;
     let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
@@ -110,12 +113,23 @@ fn sysmon() -> ! {
                 crate::os::usleep(20);
                 continue;
             }
+            // Long-parked goroutines' stacks too (shrink.rs): a pass if
+            // something ran since the last one, or a G it saw then has
+            // parked long enough now.
+            let shrink_cap = shrinker.idle(now);
+            if shrink_cap == 0 {
+                crate::os::usleep(20);
+                continue;
+            }
             let cap = if sched::gfree_hot() {
                 (scavenger.last + SCAVENGE_PERIOD_NS - now).max(1_000_000)
             } else {
                 i64::MAX
-            };
+            }
+            .min(shrink_cap);
             if sysmon_wait(cap) {
+                crate::waitreason::set_park_clock(crate::os::nanotime());
+                shrinker.woken();
                 idle = 0;
                 delay = 20;
                 continue;
@@ -183,6 +197,7 @@ fn sysmon() -> ! {
             signal_detached_running();
         }
         scavenger.tick(now);
+        shrinker.tick(now);
         let trace = SCHEDTRACE_MS.load(Ordering::Relaxed) as i64;
         if trace > 0 && now - last_trace >= trace * 1_000_000 {
             last_trace = now;

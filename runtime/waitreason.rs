@@ -16,10 +16,12 @@ pub(crate) fn park_clock() -> i64 {
     PARK_CLOCK.load(Ordering::Relaxed)
 }
 
-/// Called by sysmon each tick (and at start) with `nanotime()`.
+/// Called by sysmon each tick (and at start) with `nanotime()`. Stored
+/// even: bit 0 of a `waitsince` stamp is the stack shrinker's "this park
+/// is handled" mark (shrink::HANDLED), which gopark's stamp thus clears.
 #[inline]
 pub(crate) fn set_park_clock(now: i64) {
-    PARK_CLOCK.store(now, Ordering::Relaxed);
+    PARK_CLOCK.store(now & !crate::shrink::HANDLED, Ordering::Relaxed);
 }
 
 /// Go's waitReason. The discriminant is what `G::waitreason` stores; the
