@@ -70,9 +70,12 @@ mod preempt;
 mod proc;
 mod runq;
 mod sched;
+// loom model of the spinning-M protocol (docs/TESTING.md, "Model tests").
 mod select;
 mod sema;
 mod signal;
+#[cfg(all(test, goro_loom))]
+mod spinning_model;
 mod stack;
 mod sudog;
 mod syscall;
