@@ -70,9 +70,12 @@ mod preempt;
 mod proc;
 mod runq;
 mod sched;
-// loom model of the spinning-M protocol (docs/TESTING.md, "Model tests").
 mod select;
 mod sema;
+// loom models of the semaphore's wake-up and handoff and of the spinning-M
+// protocol (docs/TESTING.md, "Model tests").
+#[cfg(all(test, goro_loom))]
+mod sema_model;
 mod signal;
 #[cfg(all(test, goro_loom))]
 mod spinning_model;

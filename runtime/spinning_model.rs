@@ -41,7 +41,7 @@
 //! show loom finding each lost wake-up. Run with `RUSTFLAGS="--cfg
 //! goro_loom" cargo test --release --lib spinning_model` (docs/TESTING.md).
 
-use ::loom::sync::atomic::{fence, AtomicI32, AtomicU32, Ordering};
+use ::loom::sync::atomic::{fence, AtomicI32, Ordering};
 use ::loom::sync::{Arc, Mutex};
 use ::loom::thread;
 use std::fmt::Write as _;
@@ -50,8 +50,8 @@ use std::fmt::Write as _;
 /// re-check that found work and took a P back: `continue 'top`).
 const PASSES: usize = 3;
 
-const IDLE: u32 = 0;
-const RUNNING: u32 = 1;
+const IDLE: i32 = 0;
+const RUNNING: i32 = 1;
 
 /// The StoreLoad fence of wakep (submitter) or of find_runnable's give-up.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -78,7 +78,7 @@ enum Recheck {
 }
 
 /// The protocol as sched.rs has it (`Bugs::FIXED`) or a broken variant.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Bugs {
     /// wakep's StoreLoad fence.
     submit_fence: Fence,
@@ -88,6 +88,11 @@ struct Bugs {
     /// sched.lock (the phantom-spinner ordering, before the fix).
     undo_after_unlock: bool,
     recheck: Recheck,
+    /// Not a bug: a `fence(SeqCst)` before and after every atomic access,
+    /// so only sequentially consistent executions remain. A lost wake-up
+    /// found so is not an artefact of weak memory (nor of loom treating
+    /// SeqCst accesses as AcqRel).
+    sc_everywhere: bool,
 }
 
 impl Bugs {
@@ -96,6 +101,7 @@ impl Bugs {
         giveup_fence: Fence::SeqCst,
         undo_after_unlock: false,
         recheck: Recheck::Goro,
+        sc_everywhere: false,
     };
 }
 
@@ -117,18 +123,65 @@ struct Synced {
     nmidle: i32,
 }
 
+/// A loom `AtomicI32` that, with `Bugs::sc_everywhere`, is fenced
+/// (SeqCst) on both sides of every access.
+struct Atom {
+    v: AtomicI32,
+    sc: bool,
+}
+
+impl Atom {
+    fn new(v: i32, sc: bool) -> Atom {
+        Atom {
+            v: AtomicI32::new(v),
+            sc,
+        }
+    }
+
+    fn fenced<R>(&self, f: impl FnOnce(&AtomicI32) -> R) -> R {
+        if self.sc {
+            fence(Ordering::SeqCst);
+        }
+        let r = f(&self.v);
+        if self.sc {
+            fence(Ordering::SeqCst);
+        }
+        r
+    }
+
+    fn load(&self, o: Ordering) -> i32 {
+        self.fenced(|a| a.load(o))
+    }
+
+    fn store(&self, v: i32, o: Ordering) {
+        self.fenced(|a| a.store(v, o))
+    }
+
+    fn fetch_add(&self, v: i32, o: Ordering) -> i32 {
+        self.fenced(|a| a.fetch_add(v, o))
+    }
+
+    fn fetch_sub(&self, v: i32, o: Ordering) -> i32 {
+        self.fenced(|a| a.fetch_sub(v, o))
+    }
+
+    fn compare_exchange(&self, old: i32, new: i32, s: Ordering, f: Ordering) -> Result<i32, i32> {
+        self.fenced(|a| a.compare_exchange(old, new, s, f))
+    }
+}
+
 /// A P: status and run queue.
 struct P {
-    status: AtomicU32,
-    runq: AtomicU32,
+    status: Atom,
+    runq: Atom,
 }
 
 /// sched.rs `Sched`, plus the model's bookkeeping.
 struct Sched {
     lock: Mutex<Synced>,
-    nmspinning: AtomicI32,
-    npidle: AtomicI32,
-    runqsize: AtomicI32,
+    nmspinning: Atom,
+    npidle: Atom,
+    runqsize: Atom,
     /// allp (GOMAXPROCS = its length).
     ps: Vec<P>,
     bugs: Bugs,
@@ -173,20 +226,21 @@ impl Sched {
     fn new(running: &[bool], nmspinning: i32, bugs: Bugs) -> Sched {
         let pidle: Vec<usize> = (0..running.len()).filter(|&i| !running[i]).collect();
         let npidle = pidle.len() as i32;
+        let sc = bugs.sc_everywhere;
         Sched {
             lock: Mutex::new(Synced {
                 pidle,
                 runq: 0,
                 nmidle: 0,
             }),
-            nmspinning: AtomicI32::new(nmspinning),
-            npidle: AtomicI32::new(npidle),
-            runqsize: AtomicI32::new(0),
+            nmspinning: Atom::new(nmspinning, sc),
+            npidle: Atom::new(npidle, sc),
+            runqsize: Atom::new(0, sc),
             ps: running
                 .iter()
                 .map(|&r| P {
-                    status: AtomicU32::new(if r { RUNNING } else { IDLE }),
-                    runq: AtomicU32::new(0),
+                    status: Atom::new(if r { RUNNING } else { IDLE }, sc),
+                    runq: Atom::new(0, sc),
                 })
                 .collect(),
             bugs,
@@ -500,12 +554,12 @@ impl Sched {
     /// The property, once every thread is done.
     fn check_no_lost_wakeup(&self) {
         let s = self.lock.lock().unwrap();
-        let queued: u32 = self
+        let queued: i32 = self
             .ps
             .iter()
             .map(|p| p.runq.load(Ordering::Acquire))
-            .sum::<u32>()
-            + s.runq as u32;
+            .sum::<i32>()
+            + s.runq;
         let idle = s.pidle.len();
         let b = self.book.lock().unwrap();
         if queued > 0 && idle > 0 && b.started == 0 && b.running == 0 {
@@ -521,11 +575,14 @@ impl Sched {
 /// Runs `f` under loom with a preemption bound (LOOM_MAX_PREEMPTIONS
 /// overrides it).
 /// Prints the number of interleavings explored (with `--nocapture`).
-fn model(name: &str, bound: usize, f: impl Fn() + Sync + Send + 'static) {
+/// `bound`: None explores every interleaving. LOOM_MAX_PREEMPTIONS
+/// overrides it unless `exact` (the broken variants: they must reach their
+/// counterexample, which takes 3 preemptions in `phantom_spinner`).
+fn model(name: &str, bound: Option<usize>, exact: bool, f: impl Fn() + Sync + Send + 'static) {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     let mut b = ::loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(bound);
+    if b.preemption_bound.is_none() || exact {
+        b.preemption_bound = bound;
     }
     let n = std::sync::Arc::new(AtomicUsize::new(0));
     let count = n.clone();
@@ -553,7 +610,7 @@ fn m(name: &'static str, p: usize, spinning: bool) -> M {
 /// submitter sees the spinner gone (npidle > 0, nmspinning 0: it starts an
 /// M) or the M's re-check sees the G.
 fn giveup_vs_submit(bugs: Bugs, spinning: bool) {
-    model("giveup_vs_submit", 3, move || {
+    model("giveup_vs_submit", None, bugs != Bugs::FIXED, move || {
         let sched = Arc::new(Sched::new(&[true, true], spinning as i32, bugs));
         let s = {
             let sched = sched.clone();
@@ -570,8 +627,8 @@ fn giveup_vs_submit(bugs: Bugs, spinning: bool) {
 /// a timer, another goready) calls wakep and sees the idle P; S, back from
 /// a syscall, takes P0 and readies a G on it; W's startm then finds no idle
 /// P and undoes its increment, which M1 may have counted as a spinner.
-fn phantom_spinner(bugs: Bugs, bound: usize) {
-    model("phantom_spinner", bound, move || {
+fn phantom_spinner(bugs: Bugs, bound: Option<usize>) {
+    model("phantom_spinner", bound, bugs != Bugs::FIXED, move || {
         let sched = Arc::new(Sched::new(&[false, true], 0, bugs));
         let w = {
             let sched = sched.clone();
@@ -591,8 +648,8 @@ fn phantom_spinner(bugs: Bugs, bound: usize) {
 
 /// Two Ms give up while a submitter readies a G: S on P0, M1 on P1
 /// (spinning, nmspinning 1), M2 on P2 (not spinning).
-fn two_ms_vs_submit(bugs: Bugs, bound: usize) {
-    model("two_ms_vs_submit", bound, move || {
+fn two_ms_vs_submit(bugs: Bugs, bound: Option<usize>) {
+    model("two_ms_vs_submit", bound, bugs != Bugs::FIXED, move || {
         let sched = Arc::new(Sched::new(&[true, true, true], 1, bugs));
         let s = {
             let sched = sched.clone();
@@ -624,12 +681,12 @@ fn loom_nonspinning_m_gives_up_vs_submitter() {
 
 #[test]
 fn loom_phantom_spinner() {
-    phantom_spinner(Bugs::FIXED, 3);
+    phantom_spinner(Bugs::FIXED, Some(4));
 }
 
 #[test]
 fn loom_two_ms_give_up_vs_submitter() {
-    two_ms_vs_submit(Bugs::FIXED, 2);
+    two_ms_vs_submit(Bugs::FIXED, Some(3));
 }
 
 // ----- broken variants: loom finds the lost wake-up ----------------------------
@@ -673,6 +730,10 @@ fn loom_bug_giveup_fence_removed() {
     );
 }
 
+// (c) and (d) are not weak-memory bugs: they run with `sc_everywhere`, so
+// the counterexample loom prints is a sequentially consistent interleaving,
+// its log in execution order.
+
 /// (c) the phantom-spinner ordering (startm undoes after unlocking), with
 /// goro's re-check by a non-spinning M in place.
 #[test]
@@ -681,9 +742,10 @@ fn loom_bug_undo_after_unlock() {
     phantom_spinner(
         Bugs {
             undo_after_unlock: true,
+            sc_everywhere: true,
             ..Bugs::FIXED
         },
-        3,
+        Some(3),
     );
 }
 
@@ -695,9 +757,10 @@ fn loom_bug_spinning_only_recheck() {
     phantom_spinner(
         Bugs {
             recheck: Recheck::SpinningOnly,
+            sc_everywhere: true,
             ..Bugs::FIXED
         },
-        3,
+        Some(3),
     );
 }
 
@@ -709,9 +772,10 @@ fn loom_bug_phantom_spinner_before_fix() {
         Bugs {
             undo_after_unlock: true,
             recheck: Recheck::SpinningOnly,
+            sc_everywhere: true,
             ..Bugs::FIXED
         },
-        3,
+        Some(3),
     );
 }
 
@@ -722,6 +786,7 @@ fn loom_bug_recheck_removed() {
     giveup_vs_submit(
         Bugs {
             recheck: Recheck::None,
+            sc_everywhere: true,
             ..Bugs::FIXED
         },
         true,
