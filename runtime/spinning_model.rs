@@ -13,7 +13,7 @@
 //!   sched.rs writes them (loom treats SeqCst loads, stores and RMWs as
 //!   AcqRel; only `fence(SeqCst)` is sequentially consistent there, which
 //!   is what the real code relies on for its StoreLoad orders, so the model
-//!   can only be stricter than the hardware);
+//!   allows more outcomes than Rust's memory model, never fewer);
 //! - per P: its status (Idle/Running, Release/Acquire as in p.rs) and its
 //!   run queue as a count (put: an RMW with Release, as goready's runnext
 //!   swap; take: load Acquire + CAS AcqRel, as the ring's head CAS;
@@ -47,7 +47,8 @@ use ::loom::thread;
 use std::fmt::Write as _;
 
 /// find_runnable passes per M thread (a pass ends in a G, a park, or a
-/// re-check that found work and took a P back: `continue 'top`).
+/// re-check that found work and took a P back: `continue 'top`). Never
+/// reached in the fixed models (checked by making it panic).
 const PASSES: usize = 3;
 
 const IDLE: i32 = 0;
