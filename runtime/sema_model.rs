@@ -1,6 +1,9 @@
-//! loom model of the semaphore's lost-wake-up protocol and its handoff
+//! loom models of the semaphore's lost-wake-up protocol and its handoff
 //! (runtime/sema.rs: `semacquire`/`semacquire_slow`, `semrelease`/
-//! `semrelease_slow`, `cansemacquire`, the root's `nwait`).
+//! `semrelease_slow`, `cansemacquire`, the root's `nwait`), and of the
+//! notify list behind `Cond` (sema.rs `NotifyList`: tickets, `wait`,
+//! `notify_one`, `notify_all`; sync/cond.rs `Cond::wait` taking its ticket
+//! under the user's mutex), at the end of the file.
 //!
 //! A miniature, as for the spinning-M model (spinning_model.rs): the real
 //! code parks goroutines with gopark on g0 and keys roots by address in a
@@ -371,5 +374,242 @@ fn loom_sema_bug_granted_after_wake() {
             ..FIXED
         },
         true,
+    );
+}
+
+// ----- the notify list (sema.rs `NotifyList`, sync/cond.rs `Cond`) -------------
+
+/// Broken variants of the notify list.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct NBugs {
+    /// `NotifyList::wait` parks without checking, under the lock, whether
+    /// its ticket was already notified.
+    no_ticket_check: bool,
+    /// `Cond::wait` takes its ticket after unlocking the user's mutex.
+    add_after_unlock: bool,
+}
+
+const NFIXED: NBugs = NBugs {
+    no_ticket_check: false,
+    add_after_unlock: false,
+};
+
+/// A queued Cond waiter (sema.rs `NotifyWaiter`).
+struct NWaiter {
+    ticket: u32,
+    woken: AtomicBool,
+}
+
+/// sema.rs `NotifyList`, the user's mutex (a count of tokens: the state a
+/// waiter waits for), and the model's sleeping place as in `Sema`.
+struct Notify {
+    wait: AtomicU32,
+    notify: AtomicU32,
+    /// The list lock and the waiters (FIFO by arrival; notify_one looks
+    /// for its ticket).
+    list: Mutex<VecDeque<Arc<NWaiter>>>,
+    /// The user's mutex and its state (Cond's caller).
+    user: Mutex<u32>,
+    park: Mutex<()>,
+    cv: Condvar,
+    done: AtomicBool,
+    bugs: NBugs,
+}
+
+/// sema.rs `less` (wrapping tickets).
+fn less(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+impl Notify {
+    fn new(bugs: NBugs) -> Notify {
+        Notify {
+            wait: AtomicU32::new(0),
+            notify: AtomicU32::new(0),
+            list: Mutex::new(VecDeque::new()),
+            user: Mutex::new(0),
+            park: Mutex::new(()),
+            cv: Condvar::new(),
+            done: AtomicBool::new(false),
+            bugs,
+        }
+    }
+
+    /// `NotifyList::add`.
+    fn add(&self) -> u32 {
+        self.wait.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// `NotifyList::wait`.
+    fn wait_ticket(&self, t: u32) {
+        let mut l = self.list.lock().unwrap();
+        // Return right away if this ticket was already notified.
+        if !self.bugs.no_ticket_check && less(t, self.notify.load(Ordering::SeqCst)) {
+            return;
+        }
+        let w = Arc::new(NWaiter {
+            ticket: t,
+            woken: AtomicBool::new(false),
+        });
+        l.push_back(w.clone());
+        drop(l);
+        let mut p = self.park.lock().unwrap();
+        while !w.woken.load(Ordering::Acquire) {
+            if self.done.load(Ordering::SeqCst) {
+                panic!(
+                    "lost notify: a Cond waiter still parked after every notify ({:?})",
+                    self.bugs
+                );
+            }
+            p = self.cv.wait(p).unwrap();
+        }
+    }
+
+    fn wake(&self, w: &NWaiter) {
+        let _p = self.park.lock().unwrap();
+        w.woken.store(true, Ordering::Release);
+        self.cv.notify_all();
+    }
+
+    /// `NotifyList::notify_one`.
+    fn notify_one(&self) {
+        // Fast path: no waiter since the last notification.
+        if self.wait.load(Ordering::SeqCst) == self.notify.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut l = self.list.lock().unwrap();
+        let t = self.notify.load(Ordering::SeqCst);
+        if t == self.wait.load(Ordering::SeqCst) {
+            return;
+        }
+        self.notify.store(t.wrapping_add(1), Ordering::SeqCst);
+        // The waiter with ticket t, if it has queued; if not, it will see
+        // its ticket notified in wait_ticket and not park.
+        if let Some(i) = l.iter().position(|w| w.ticket == t) {
+            let w = l.remove(i).unwrap();
+            drop(l);
+            self.wake(&w);
+        }
+    }
+
+    /// `NotifyList::notify_all`.
+    fn notify_all(&self) {
+        if self.wait.load(Ordering::SeqCst) == self.notify.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut l = self.list.lock().unwrap();
+        let ws = core::mem::take(&mut *l);
+        self.notify
+            .store(self.wait.load(Ordering::SeqCst), Ordering::SeqCst);
+        drop(l);
+        for w in ws {
+            self.wake(&w);
+        }
+    }
+
+    /// A `Cond` user taking one token: `lock; while tokens == 0 { wait };
+    /// tokens -= 1` (`Cond::wait`: ticket under the user's mutex, unlock,
+    /// wait for the ticket, lock again).
+    fn take_token(&self) {
+        let mut g = self.user.lock().unwrap();
+        while *g == 0 {
+            let t = if self.bugs.add_after_unlock {
+                drop(g);
+                self.add()
+            } else {
+                let t = self.add();
+                drop(g);
+                t
+            };
+            self.wait_ticket(t);
+            g = self.user.lock().unwrap();
+        }
+        *g -= 1;
+    }
+
+    /// A `Cond` user giving `n` tokens, then notifying.
+    fn give_tokens(&self, n: u32, all: bool) {
+        *self.user.lock().unwrap() += n;
+        if all {
+            self.notify_all();
+        } else {
+            for _ in 0..n {
+                self.notify_one();
+            }
+        }
+    }
+
+    fn finish(&self) {
+        let _p = self.park.lock().unwrap();
+        self.done.store(true, Ordering::SeqCst);
+        self.cv.notify_all();
+    }
+}
+
+/// `waiters` Cond users each wait for a token; the main thread gives that
+/// many and notifies (notify_one per token, or one notify_all). Every
+/// waiter must return.
+fn cond(bugs: NBugs, waiters: usize, all: bool, bound: Option<usize>) {
+    model("cond", bound, bugs != NFIXED, move || {
+        let n = Arc::new(Notify::new(bugs));
+        let ws: Vec<_> = (0..waiters)
+            .map(|_| {
+                let n = n.clone();
+                thread::spawn(move || n.take_token())
+            })
+            .collect();
+        n.give_tokens(waiters as u32, all);
+        n.finish();
+        for w in ws {
+            w.join().unwrap();
+        }
+        assert_eq!(*n.user.lock().unwrap(), 0, "tokens left");
+    });
+}
+
+#[test]
+fn loom_cond_notify_one() {
+    cond(NFIXED, 1, false, None);
+}
+
+#[test]
+fn loom_cond_two_waiters_notify_one() {
+    cond(NFIXED, 2, false, Some(4));
+}
+
+#[test]
+fn loom_cond_two_waiters_notify_all() {
+    cond(NFIXED, 2, true, Some(4));
+}
+
+/// The waiter parks without checking whether its ticket was notified
+/// between `add` and `wait`.
+#[test]
+#[should_panic(expected = "lost notify")]
+fn loom_cond_bug_no_ticket_check() {
+    cond(
+        NBugs {
+            no_ticket_check: true,
+            ..NFIXED
+        },
+        1,
+        false,
+        None,
+    );
+}
+
+/// Cond::wait takes its ticket after unlocking the user's mutex: a
+/// notifier in between sees no waiter (fast path) and returns.
+#[test]
+#[should_panic(expected = "lost notify")]
+fn loom_cond_bug_add_after_unlock() {
+    cond(
+        NBugs {
+            add_after_unlock: true,
+            ..NFIXED
+        },
+        1,
+        false,
+        None,
     );
 }
