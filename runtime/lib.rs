@@ -73,7 +73,13 @@ mod sched;
 mod select;
 mod sema;
 mod shrink;
+// loom models of the semaphore's wake-up and handoff and of the spinning-M
+// protocol (docs/TESTING.md, "Model tests").
+#[cfg(all(test, goro_loom))]
+mod sema_model;
 mod signal;
+#[cfg(all(test, goro_loom))]
+mod spinning_model;
 mod stack;
 mod sudog;
 mod syscall;

@@ -36,6 +36,12 @@
 //! raised before startm looks for an idle P, undone there if none), and then
 //! nobody would find a G readied while its P still looked busy.
 //!
+//! runtime/spinning_model.rs is a loom model of this protocol (a miniature
+//! of wakep, startm, find_runnable's give-up path and stopm, step by step):
+//! a change to the order or orderings here must be made there too, and
+//! `RUSTFLAGS="--cfg goro_loom" cargo test --release --lib spinning_model`
+//! run (docs/TESTING.md).
+//!
 //! # Where code runs
 //! - `schedule`, `find_runnable`, `execute`, `stopm`: g0 only.
 //! - `wakep`, `startm`, `goready` (park.rs): any M, with or without a P.

@@ -36,6 +36,9 @@
 //! finds the acquirer queued. `nwait` also lets the releaser skip the lock
 //! entirely in the common uncontended case.
 //!
+//! runtime/sema_model.rs is a loom model of this protocol and of the
+//! handoff below (a miniature, step by step): keep the two in step.
+//!
 //! # Handoff
 //!
 //! `semrelease(addr, true)` (Mutex in starvation mode) passes the count
