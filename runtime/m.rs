@@ -91,7 +91,13 @@ pub(crate) struct M {
     /// The user G running on this M, or null on g0. Written by the M;
     /// read racily by sysmon and stop-the-world (a stale value only makes a
     /// preemption request land on a G that clears it) and by the SIGURG
-    /// handler on this thread.
+    /// handler on this thread. A G is stored with `publish` (Release) and
+    /// read with `get_acquire` by the other threads that touch it
+    /// (preemptone, scheddetail): the G's allocation (`G::alloc`, plain
+    /// writes on whichever thread spawned it) then happens before their
+    /// accesses. With Relaxed on both sides it did not: ThreadSanitizer
+    /// reported preemptone's store to `g.preempt` racing the G's
+    /// initialisation (docs/TESTING.md). The M's own reads stay Relaxed.
     pub(crate) curg: RelaxedPtr<G>,
     /// The attached P, or null. Written by the M (and by the SIGURG handler
     /// on this thread when it detaches a blocked M); read racily elsewhere.
@@ -152,6 +158,10 @@ pub(crate) struct M {
     /// by trace::start/stop for every M in ALLM and by newm; Relaxed, as
     /// the global: hooks may miss or add events around start/stop.
     pub(crate) trace: AtomicBool,
+    /// ThreadSanitizer's fibers of this thread and its g0 (zero-sized
+    /// without `cfg(goro_tsan)`; see arch/fiber_tsan.rs). Owned by the M's
+    /// thread: set in mstart, read at every switch on it.
+    pub(crate) fibers: crate::arch::MFibers,
 }
 
 // SAFETY: an M is shared through raw pointers between its own thread and the
@@ -187,6 +197,7 @@ impl M {
             gsignal: Cell::new((0, 0)),
             mstart_buf: Cell::new(0),
             trace: AtomicBool::new(false),
+            fibers: crate::arch::MFibers::new(),
         }))
     }
 
