@@ -75,6 +75,11 @@ impl Note {
     }
 }
 
+/// Initial fastrand state of the M with id `id`.
+fn fastrand_seed(id: i64) -> u64 {
+    0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
+}
+
 /// An OS thread running goroutines. The struct is never freed: raw `*mut M`
 /// are read racily by other threads (sysmon, stop-the-world). When its
 /// thread exits (sched::mexit, after a locked G exits) the struct goes on a
@@ -184,9 +189,7 @@ impl M {
             park: Note::new(),
             schedlink: Cell::new(ptr::null_mut()),
             procid: AtomicI32::new(0),
-            fastrand: Cell::new(
-                0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
-            ),
+            fastrand: Cell::new(fastrand_seed(id)),
             waitunlockf: Cell::new(None),
             waitlock: Cell::new(ptr::null_mut()),
             locks: RelaxedI32::new(0),
@@ -199,6 +202,65 @@ impl M {
             trace: AtomicBool::new(false),
             fibers: crate::arch::MFibers::new(),
         }))
+    }
+
+    /// Brings an M taken from the free list (sched::allocm) back to
+    /// [`M::new`]'s values, keeping its id. Field by field, atomics with
+    /// atomic stores: sysmon may still hold a stale pointer to this M (read
+    /// from a P before the M exited) and read its atomic fields (`curg`,
+    /// `locks`, `procid`, ...). Replacing the whole struct with a fresh one
+    /// (`ptr::swap`, as allocm did) was a plain write racing those atomic
+    /// reads; ThreadSanitizer reported it (docs/TESTING.md). The Cells are
+    /// read racily only by the scheddetail dump, a documented racy
+    /// diagnostic. The exhaustive pattern makes a field added to M fail to
+    /// compile until it is reset here too.
+    ///
+    /// Only by allocm, on an M whose thread has returned from mstart.
+    pub(crate) fn reset(&self) {
+        let M {
+            id,
+            g0_sp,
+            curg,
+            p,
+            nextp,
+            oldp,
+            spinning,
+            park,
+            schedlink,
+            procid,
+            fastrand,
+            waitunlockf,
+            waitlock,
+            locks,
+            preempt_req,
+            detached,
+            lockedg,
+            retired,
+            gsignal,
+            mstart_buf,
+            trace,
+            fibers: _, // set whole by MFibers::init in mstart before any use
+        } = self;
+        g0_sp.set(0);
+        curg.set(ptr::null_mut());
+        p.set(ptr::null_mut());
+        nextp.set(ptr::null_mut());
+        oldp.set(ptr::null_mut());
+        spinning.set(false);
+        park.clear();
+        schedlink.set(ptr::null_mut());
+        procid.store(0, Ordering::Relaxed);
+        fastrand.set(fastrand_seed(*id));
+        waitunlockf.set(None);
+        waitlock.set(ptr::null_mut());
+        locks.set(0);
+        preempt_req.store(0, Ordering::Relaxed);
+        detached.store(false, Ordering::Relaxed);
+        lockedg.set(ptr::null_mut());
+        retired.set(false);
+        gsignal.set((0, 0));
+        mstart_buf.set(0);
+        trace.store(false, Ordering::Relaxed);
     }
 
     /// Go's fastrand (wyrand).

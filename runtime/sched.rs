@@ -707,15 +707,10 @@ fn allocm() -> *mut M {
             let mp = mp as *mut M;
             // SAFETY: mp is on the free list: its thread has returned from
             // mstart and nothing else owns it (it left ALLM, the idle list
-            // and every P before). Racy readers holding a stale pointer
-            // (diagnostics) read plain integers and pointers, as with any
-            // live M. The whole struct is replaced so that fields added to
-            // M later start from M::new's values too.
-            unsafe {
-                let fresh = M::new((*mp).id);
-                ptr::swap(mp, fresh);
-                drop(Box::from_raw(fresh));
-            }
+            // and every P before). Ms are never freed; racy readers holding
+            // a stale pointer (sysmon, diagnostics) may still read it, which
+            // `reset` allows for.
+            unsafe { (*mp).reset() };
             mp
         }
         None => {
