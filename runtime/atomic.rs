@@ -10,7 +10,7 @@
 //! context, handing over a P) comes from the status CASes and locks around
 //! them, never from these cells.
 
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// A pointer owned by one thread and read racily by others.
 #[derive(Debug)]
@@ -35,6 +35,39 @@ impl<T> RelaxedPtr<T> {
         let old = self.get();
         self.set(p);
         old
+    }
+    /// Owner only: stores `p` with Release, for a pointer whose target
+    /// another thread may touch after reading it with [`Self::get_acquire`]
+    /// (the one exception to "every access is Relaxed" above): the
+    /// target's initialisation, which the owner saw, happens before the
+    /// reader's accesses to it.
+    #[inline]
+    pub(crate) fn publish(&self, p: *mut T) {
+        self.0.store(p, Ordering::Release)
+    }
+    /// Racy reader that dereferences what it reads: Acquire, pairs with
+    /// [`Self::publish`].
+    #[inline]
+    pub(crate) fn get_acquire(&self) -> *mut T {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// A `u64` owned by one thread and read racily by others.
+#[derive(Debug)]
+pub(crate) struct RelaxedU64(AtomicU64);
+
+impl RelaxedU64 {
+    pub(crate) const fn new(v: u64) -> Self {
+        RelaxedU64(AtomicU64::new(v))
+    }
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    #[inline]
+    pub(crate) fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed)
     }
 }
 

@@ -1,6 +1,7 @@
 //! G: a goroutine. Go's `g` (runtime2.go) and its status machine.
 
 use crate::arch::Gobuf;
+use crate::atomic::RelaxedU64;
 use crate::m::M;
 use crate::stack::Stack;
 use core::cell::Cell;
@@ -70,8 +71,12 @@ pub(crate) struct G {
     /// Transitions only through [`G::cas_status`] (and the shrinker's
     /// [`G::try_scan`]/[`G::end_scan`], shrink.rs).
     status: AtomicU32,
-    /// Goroutine id, unique per process; 0 while dead.
-    pub(crate) goid: Cell<u64>,
+    /// Goroutine id, unique per process; 0 while dead. Written by the G's
+    /// owner (newproc, goexit0); read racily by the dump, scheddetail and
+    /// the test hook `goroutine_parked`, hence a Relaxed atomic: a stale
+    /// id is harmless to them (ThreadSanitizer found the plain `Cell`
+    /// read racing goexit0's write; docs/TESTING.md).
+    pub(crate) goid: RelaxedU64,
     /// The stack; None for a dead G whose stack (of an unpooled size,
     /// see `stack::size_class`) was freed.
     pub(crate) stack: Cell<Option<Stack>>,
@@ -115,6 +120,10 @@ pub(crate) struct G {
     /// under the scan bit, once it has dealt with this park; gopark's next
     /// stamp clears it for free. Relaxed, as waitreason.
     pub(crate) waitsince: AtomicI64,
+    /// ThreadSanitizer's fiber for this goroutine (arch::Fiber; zero-sized
+    /// without `cfg(goro_tsan)`): created by newproc, destroyed by goexit0,
+    /// so one per goroutine, not per G struct. Owned by whoever owns the G.
+    pub(crate) fiber: Cell<crate::arch::Fiber>,
 }
 
 // SAFETY: Gs are handed between threads only through the run queues, wait
@@ -130,7 +139,7 @@ impl G {
         let gp = Box::into_raw(Box::new(G {
             sched: core::cell::UnsafeCell::new(Gobuf::default()),
             status: AtomicU32::new(GStatus::Idle as u32),
-            goid: Cell::new(0),
+            goid: RelaxedU64::new(0),
             stack: Cell::new(stack),
             m: Cell::new(ptr::null_mut()),
             schedlink: Cell::new(ptr::null_mut()),
@@ -144,6 +153,7 @@ impl G {
             locals: Cell::new(ptr::null_mut()),
             waitreason: AtomicU8::new(0),
             waitsince: AtomicI64::new(0),
+            fiber: Cell::new(crate::arch::Fiber::NONE),
         }));
         ALLGS.lock().push(gp as usize);
         gp

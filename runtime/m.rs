@@ -75,6 +75,11 @@ impl Note {
     }
 }
 
+/// Initial fastrand state of the M with id `id`.
+fn fastrand_seed(id: i64) -> u64 {
+    0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
+}
+
 /// An OS thread running goroutines. The struct is never freed: raw `*mut M`
 /// are read racily by other threads (sysmon, stop-the-world). When its
 /// thread exits (sched::mexit, after a locked G exits) the struct goes on a
@@ -91,7 +96,13 @@ pub(crate) struct M {
     /// The user G running on this M, or null on g0. Written by the M;
     /// read racily by sysmon and stop-the-world (a stale value only makes a
     /// preemption request land on a G that clears it) and by the SIGURG
-    /// handler on this thread.
+    /// handler on this thread. A G is stored with `publish` (Release) and
+    /// read with `get_acquire` by the other threads that touch it
+    /// (preemptone, scheddetail): the G's allocation (`G::alloc`, plain
+    /// writes on whichever thread spawned it) then happens before their
+    /// accesses. With Relaxed on both sides it did not: ThreadSanitizer
+    /// reported preemptone's store to `g.preempt` racing the G's
+    /// initialisation (docs/TESTING.md). The M's own reads stay Relaxed.
     pub(crate) curg: RelaxedPtr<G>,
     /// The attached P, or null. Written by the M (and by the SIGURG handler
     /// on this thread when it detaches a blocked M); read racily elsewhere.
@@ -152,6 +163,10 @@ pub(crate) struct M {
     /// by trace::start/stop for every M in ALLM and by newm; Relaxed, as
     /// the global: hooks may miss or add events around start/stop.
     pub(crate) trace: AtomicBool,
+    /// ThreadSanitizer's fibers of this thread and its g0 (zero-sized
+    /// without `cfg(goro_tsan)`; see arch/fiber_tsan.rs). Owned by the M's
+    /// thread: set in mstart, read at every switch on it.
+    pub(crate) fibers: crate::arch::MFibers,
 }
 
 // SAFETY: an M is shared through raw pointers between its own thread and the
@@ -174,9 +189,7 @@ impl M {
             park: Note::new(),
             schedlink: Cell::new(ptr::null_mut()),
             procid: AtomicI32::new(0),
-            fastrand: Cell::new(
-                0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03),
-            ),
+            fastrand: Cell::new(fastrand_seed(id)),
             waitunlockf: Cell::new(None),
             waitlock: Cell::new(ptr::null_mut()),
             locks: RelaxedI32::new(0),
@@ -187,7 +200,67 @@ impl M {
             gsignal: Cell::new((0, 0)),
             mstart_buf: Cell::new(0),
             trace: AtomicBool::new(false),
+            fibers: crate::arch::MFibers::new(),
         }))
+    }
+
+    /// Brings an M taken from the free list (sched::allocm) back to
+    /// [`M::new`]'s values, keeping its id. Field by field, atomics with
+    /// atomic stores: sysmon may still hold a stale pointer to this M (read
+    /// from a P before the M exited) and read its atomic fields (`curg`,
+    /// `locks`, `procid`, ...). Replacing the whole struct with a fresh one
+    /// (`ptr::swap`, as allocm did) was a plain write racing those atomic
+    /// reads; ThreadSanitizer reported it (docs/TESTING.md). The Cells are
+    /// read racily only by the scheddetail dump, a documented racy
+    /// diagnostic. The exhaustive pattern makes a field added to M fail to
+    /// compile until it is reset here too.
+    ///
+    /// Only by allocm, on an M whose thread has returned from mstart.
+    pub(crate) fn reset(&self) {
+        let M {
+            id,
+            g0_sp,
+            curg,
+            p,
+            nextp,
+            oldp,
+            spinning,
+            park,
+            schedlink,
+            procid,
+            fastrand,
+            waitunlockf,
+            waitlock,
+            locks,
+            preempt_req,
+            detached,
+            lockedg,
+            retired,
+            gsignal,
+            mstart_buf,
+            trace,
+            fibers: _, // set whole by MFibers::init in mstart before any use
+        } = self;
+        g0_sp.set(0);
+        curg.set(ptr::null_mut());
+        p.set(ptr::null_mut());
+        nextp.set(ptr::null_mut());
+        oldp.set(ptr::null_mut());
+        spinning.set(false);
+        park.clear();
+        schedlink.set(ptr::null_mut());
+        procid.store(0, Ordering::Relaxed);
+        fastrand.set(fastrand_seed(*id));
+        waitunlockf.set(None);
+        waitlock.set(ptr::null_mut());
+        locks.set(0);
+        preempt_req.store(0, Ordering::Relaxed);
+        detached.store(false, Ordering::Relaxed);
+        lockedg.set(ptr::null_mut());
+        retired.set(false);
+        gsignal.set((0, 0));
+        mstart_buf.set(0);
+        trace.store(false, Ordering::Relaxed);
     }
 
     /// Go's fastrand (wyrand).

@@ -23,12 +23,13 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 #[inline]
 pub(crate) fn mcall_locked(f: arch::McallFn) {
     // SAFETY: we are on a user G of this thread's M (callers check), in a
-    // critical section, so curg and g0_sp are this M's and g0 has no live
-    // frames below g0_sp.
+    // critical section, so curg, g0_sp and g0's fiber are this M's and g0
+    // has no live frames below g0_sp.
     unsafe {
         let m = &*getm();
         let gp = m.curg.get();
-        arch::mcall((*gp).gobuf(), m.g0_sp.get(), f, gp.cast());
+        let g0 = m.fibers.g0_for_mcall();
+        arch::mcall((*gp).gobuf(), m.g0_sp.get(), g0, f, gp.cast());
     }
 }
 
@@ -211,6 +212,10 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
     g.goid.set(0);
     // SAFETY: the G is dead and ours; nothing else reads its name now.
     drop(unsafe { (*g.name.get()).take() });
+    // SAFETY: the goroutine's fiber is not current (we switched to g0's)
+    // and the dead goroutine is never resumed; newproc gives the G struct
+    // a fresh fiber when it is reused.
+    unsafe { g.fiber.replace(arch::Fiber::NONE).destroy() };
     g.preempt.store(false, Ordering::Relaxed);
     SCHED.ngoroutines.fetch_sub(1, Ordering::Relaxed); // statistics only
     let locked = !g.lockedm.replace(core::ptr::null_mut()).is_null();
@@ -395,11 +400,13 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
         Some(pp) => {
             sched::acquirep(m, pp);
             g.cas_status(GStatus::Runnable, GStatus::Running);
-            m.curg.set(gp);
+            // Release: as in execute (m.curg's doc).
+            m.curg.publish(gp);
             g.m.set(m as *const M as *mut M);
-            // SAFETY: gp's context was saved by the mcall into exitsyscall0;
-            // the status CAS above made it ours; g0's frames are dead.
-            unsafe { arch::gogo((*g.gobuf()).sp) }
+            // SAFETY: gp's context was saved by the mcall into exitsyscall0
+            // and its fiber is live (a running goroutine's); the status CAS
+            // above made it ours; g0's frames are dead.
+            unsafe { arch::gogo((*g.gobuf()).sp, g.fiber.get()) }
         }
         None => {
             if m.trace.load(Ordering::Relaxed) {

@@ -204,7 +204,9 @@ pub(crate) fn preemptone(pp: &crate::p::P) -> bool {
     // SAFETY: Ms are never freed; racy reads of its curg are harmless (a
     // stale G only gets a flag it clears at its next schedule).
     let m = unsafe { &*mp };
-    let gp = m.curg.get();
+    // Acquire: pairs with execute's publish, so the G's initialisation
+    // happens before the store below (m.curg's doc).
+    let gp = m.curg.get_acquire();
     if gp.is_null() {
         return false;
     }

@@ -115,6 +115,11 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     let sp = unsafe { crate::arch::init_frame(fptr, goentry::<F>, fptr as *mut u8) };
     // SAFETY: the G is ours until it is queued below.
     unsafe { (*g.gobuf()).sp = sp };
+    // A fresh TSan fiber (none without cfg(goro_tsan)), created here so
+    // that everything above, the closure on the stack included, happens
+    // before the goroutine runs (arch/fiber_tsan.rs). goexit0 destroyed
+    // the previous goroutine's.
+    g.fiber.set(crate::arch::Fiber::create());
     let goid = sched::next_goid(p);
     g.goid.set(goid);
     if crate::trace::on() {

@@ -713,15 +713,10 @@ fn allocm() -> *mut M {
             let mp = mp as *mut M;
             // SAFETY: mp is on the free list: its thread has returned from
             // mstart and nothing else owns it (it left ALLM, the idle list
-            // and every P before). Racy readers holding a stale pointer
-            // (diagnostics) read plain integers and pointers, as with any
-            // live M. The whole struct is replaced so that fields added to
-            // M later start from M::new's values too.
-            unsafe {
-                let fresh = M::new((*mp).id);
-                ptr::swap(mp, fresh);
-                drop(Box::from_raw(fresh));
-            }
+            // and every P before). Ms are never freed; racy readers holding
+            // a stale pointer (sysmon, diagnostics) may still read it, which
+            // `reset` allows for.
+            unsafe { (*mp).reset() };
             mp
         }
         None => {
@@ -762,22 +757,27 @@ fn mstart(mp: *mut M) {
     let m = unsafe { &*mp };
     m.procid.store(os::gettid(), Ordering::Relaxed);
     crate::signal::minit(m);
+    m.fibers.init();
     // g0's base: below mstart's frame and the context the mcall below
     // pushes there, so g0 frames never overwrite either.
     let sp = (stack_below_caller() - MSTART_RESERVE) & !15;
     m.g0_sp.set(sp);
     // SAFETY: sp is 16-byte aligned, on this thread's own stack, with no
-    // live frames below it; mstart_g0 never returns; mstart_buf lives in
-    // the M, which outlives the thread.
+    // live frames below it, and g0's fiber is the thread's own (init
+    // above); mstart_g0 never returns; mstart_buf lives in the M, which
+    // outlives the thread.
     unsafe {
         arch::mcall(
             m.mstart_buf.as_ptr().cast::<arch::Gobuf>(),
             sp,
+            m.fibers.g0(),
             mstart_g0,
             mp.cast(),
         )
     };
-    // Resumed by mexit: the M is out of every list; hand its struct back.
+    // Resumed by mexit (on the thread's own fiber): the M is out of every
+    // list; hand its struct back.
+    m.fibers.release();
     setm(ptr::null_mut());
     FREEM.lock().push(mp as usize); // the last use of `m` by this thread
 }
@@ -1082,9 +1082,10 @@ fn mexit(m: &M) -> ! {
     SCHED.mcount.fetch_sub(1, Ordering::Relaxed);
     let sp = m.mstart_buf.get();
     // SAFETY: sp is mstart's context saved by its mcall on this thread's
-    // native stack, above g0_sp, so no g0 frame has overwritten it; g0's
-    // own frames (ours) are dead after the switch.
-    unsafe { arch::gogo(sp) }
+    // native stack, above g0_sp, so no g0 frame has overwritten it, and it
+    // runs on the thread's own fiber; g0's own frames (ours) are dead
+    // after the switch.
+    unsafe { arch::gogo(sp, m.fibers.thread()) }
 }
 
 // ---------------------------------------------------------------------------
@@ -1186,7 +1187,8 @@ fn resetspinning(m: &M) {
 pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     // SAFETY: gp is Runnable and was dequeued by us: we own it.
     let g = unsafe { &*gp };
-    m.curg.set(gp);
+    // Release: publishes the G's initialisation to sysmon (m.curg's doc).
+    m.curg.publish(gp);
     g.m.set(m as *const M as *mut M);
     g.cas_status(GStatus::Runnable, GStatus::Running);
     g.preempt.store(false, Ordering::Relaxed);
@@ -1204,9 +1206,10 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
         p.schedtick.set(p.schedtick.get().wrapping_add(1));
     }
     // SAFETY: gp's context was saved by mcall (or by the preemption
-    // trampoline's mcall) or built by newproc; the status CAS above gave us
-    // exclusive ownership; g0's frames are dead.
-    unsafe { arch::gogo((*g.gobuf()).sp) }
+    // trampoline's mcall) or built by newproc, which gave it its live
+    // fiber; the status CAS above gave us exclusive ownership; g0's frames
+    // are dead.
+    unsafe { arch::gogo((*g.gobuf()).sp, g.fiber.get()) }
 }
 
 /// Go's findRunnable: block until there is a G to run; returns it with the

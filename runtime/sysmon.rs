@@ -539,7 +539,7 @@ pub(crate) fn schedtrace(uptime_ns: i64, detail: bool) {
             m.id,
             pid(m.p.get()),
             pid(m.nextp.get()),
-            gid(m.curg.get()),
+            gid(m.curg.get_acquire()),
             m.locks.get(),
             m.spinning.get(),
             gid(m.lockedg.get()),

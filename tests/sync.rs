@@ -276,6 +276,37 @@ fn mutex_basic_and_hammer() {
     });
 }
 
+/// Unlock publishes the critical section to the next locker (Release on
+/// unlock, Acquire on lock): four goroutines, on both Ps, increment a plain
+/// `u64` under the mutex many times, so that consecutive holders often run
+/// on different Ms and take the uncontended fast path. Written for the
+/// ThreadSanitizer job (docs/TESTING.md), which reports the counter as a
+/// data race if unlock's Release is weakened to Relaxed (checked by doing
+/// so); elsewhere a plain mutual-exclusion check.
+#[test]
+fn mutex_publishes_critical_section() {
+    let _w = common::watchdog();
+    let _w = watchdog();
+    goro::run(|| {
+        let m = Arc::new(Mutex::new(0u64));
+        let loops = scale(20_000);
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let m = m.clone();
+                goro::spawn(move || {
+                    for _ in 0..loops {
+                        *m.lock() += 1;
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(*m.lock(), 4 * loops as u64, "lost updates");
+    });
+}
+
 /// TestMutexFairness: a goroutine that holds the mutex almost all the time
 /// (sleeping 100 µs inside) must not starve another one: after the waiter
 /// has waited 1 ms the mutex goes to starvation mode and is handed to it.

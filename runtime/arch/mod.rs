@@ -16,6 +16,17 @@ mod imp;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("goro supports only x86_64 and aarch64");
 
+// ThreadSanitizer's fiber annotations (docs/TESTING.md): the real ones
+// under `--cfg goro_tsan`, zero-sized no-ops otherwise.
+#[cfg(goro_tsan)]
+#[path = "fiber_tsan.rs"]
+mod fiber;
+#[cfg(not(goro_tsan))]
+#[path = "fiber_none.rs"]
+mod fiber;
+
+pub(crate) use fiber::{Fiber, MFibers};
+
 pub(crate) use imp::{
     sigframe_relocate, sigframe_set_altstack, sigframe_start, uc_in_syscall, uc_pc_sp, uc_redirect,
     SwitchFrame, FRAME_ALIGN, RED_ZONE,
@@ -64,43 +75,57 @@ pub(crate) fn asm_range() -> (usize, usize) {
 }
 
 /// Symmetric switch: suspend the current context into `save` and resume the
-/// context whose stack pointer is `to`. Returns when something resumes `save`.
+/// context whose stack pointer is `to`, whose TSan fiber is `fiber`.
+/// Returns when something resumes `save`.
 ///
 /// # Safety
 /// `to` must be the sp of a suspended context (saved by `switch`, `mcall` or
 /// built by [`init_frame`]) that nothing else resumes concurrently, and its
-/// stack must stay mapped while it runs.
+/// stack must stay mapped while it runs; `fiber` is that context's.
 #[inline(always)]
-pub(crate) unsafe fn switch(save: *mut Gobuf, to: usize) {
-    // SAFETY: guaranteed by the caller; `Gobuf` is repr(C) with sp first.
-    unsafe { goro_switch(save.cast(), to) }
+pub(crate) unsafe fn switch(save: *mut Gobuf, to: usize, fiber: Fiber) {
+    // SAFETY: guaranteed by the caller; `Gobuf` is repr(C) with sp first;
+    // the stack switch follows the fiber switch at once.
+    unsafe {
+        fiber.switch_to();
+        goro_switch(save.cast(), to)
+    }
 }
 
-/// Go's gogo: abandon the current context and resume `sp`.
+/// Go's gogo: abandon the current context and resume `sp`, whose TSan
+/// fiber is `fiber`.
 ///
 /// # Safety
 /// As for [`switch`]; additionally the current stack's frames are dead after
 /// this call (only g0 does this: its frames are discarded at every mcall).
 #[inline(always)]
-pub(crate) unsafe fn gogo(sp: usize) -> ! {
+pub(crate) unsafe fn gogo(sp: usize, fiber: Fiber) -> ! {
     // SAFETY: the caller guarantees `sp` is a suspended context nothing
-    // else resumes and that the current stack's frames are dead (g0).
-    unsafe { goro_gogo(sp) }
+    // else resumes, `fiber` is its fiber, and that the current stack's
+    // frames are dead (g0); the stack switch follows the fiber switch.
+    unsafe {
+        fiber.switch_to();
+        goro_gogo(sp)
+    }
 }
 
-/// Go's mcall: suspend the current goroutine into `save`, switch to the g0 stack at
-/// `g0_sp` and run `f(arg)` there. Returns when the goroutine is
-/// resumed with gogo.
+/// Go's mcall: suspend the current goroutine into `save`, switch to the g0
+/// stack at `g0_sp` (TSan fiber `g0`) and run `f(arg)` there. Returns when
+/// the goroutine is resumed with gogo.
 ///
 /// # Safety
 /// `g0_sp` must be the 16-byte aligned base of the current M's g0 stack with
-/// no live frames below it; `f` must not return; `save` must stay valid until
-/// the goroutine is resumed.
+/// no live frames below it, and `g0` its fiber; `f` must not return; `save`
+/// must stay valid until the goroutine is resumed.
 #[inline(always)]
-pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, f: McallFn, arg: *mut u8) {
-    // SAFETY: the caller guarantees g0_sp is this M's empty g0 base, `f`
-    // never returns and `save` outlives the suspension.
-    unsafe { goro_mcall(save.cast(), g0_sp, f, arg) }
+pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, g0: Fiber, f: McallFn, arg: *mut u8) {
+    // SAFETY: the caller guarantees g0_sp is this M's empty g0 base and
+    // `g0` its fiber, `f` never returns and `save` outlives the
+    // suspension; the stack switch follows the fiber switch.
+    unsafe {
+        g0.switch_to();
+        goro_mcall(save.cast(), g0_sp, f, arg)
+    }
 }
 
 /// Lays out the first frame of a new context below `top` so that resuming it
@@ -122,18 +147,22 @@ pub(crate) fn bench_switch(iters: u64) -> std::time::Duration {
     struct Ctx {
         main: Gobuf,
         co: Gobuf,
+        main_fiber: Fiber,
+        co_fiber: Fiber,
     }
     unsafe extern "C" fn co_entry(arg: *mut u8) -> ! {
         let ctx = arg.cast::<Ctx>();
         loop {
             // SAFETY: ctx outlives the benchmark; main resumes us each time.
-            unsafe { switch(&mut (*ctx).co, (*ctx).main.sp) };
+            unsafe { switch(&mut (*ctx).co, (*ctx).main.sp, (*ctx).main_fiber) };
         }
     }
     let st = crate::stack::alloc(crate::stack::round_size(64 << 10)).expect("bench stack");
     let mut ctx = Ctx {
         main: Gobuf::default(),
         co: Gobuf::default(),
+        main_fiber: Fiber::current(),
+        co_fiber: Fiber::create(),
     };
     let ctxp: *mut Ctx = &mut ctx;
     // SAFETY: fresh stack; top is 16-byte aligned; ctxp is live.
@@ -141,9 +170,12 @@ pub(crate) fn bench_switch(iters: u64) -> std::time::Duration {
     let t0 = std::time::Instant::now();
     for _ in 0..iters {
         // SAFETY: the coroutine context is suspended and only we resume it.
-        unsafe { switch(&mut (*ctxp).main, (*ctxp).co.sp) };
+        unsafe { switch(&mut (*ctxp).main, (*ctxp).co.sp, (*ctxp).co_fiber) };
     }
     let el = t0.elapsed();
+    // SAFETY: the coroutine is suspended for good: its fiber is not
+    // current and never switched to again.
+    unsafe { (*ctxp).co_fiber.destroy() };
     crate::stack::free(st);
     el
 }
