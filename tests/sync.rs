@@ -1510,11 +1510,22 @@ fn sema_handoff_once() -> bool {
 }
 
 /// Go's TestSemaHandoff: as in Go, at least two thirds of the handoffs are
-/// direct (a statistical bound, not a timing one; Go sees > 90%).
+/// direct (a statistical bound, not a timing one; Go sees > 90%). Go runs
+/// it alone; here other tests of this binary may share the Ps (CI saw 642
+/// of 1,000 under qemu on a loaded machine), so a round below the bound is
+/// measured again, up to three rounds. Without the direct handoff every
+/// round falls far below it ([0, 0, 0] with `semrelease1(.., false)`).
 fn sema_handoff() {
     let iter = scale(10_000);
-    let ok = (0..iter).filter(|_| sema_handoff_once()).count();
-    assert!(ok >= iter * 2 / 3, "direct handoff < 2/3: {ok} of {iter}");
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let ok = (0..iter).filter(|_| sema_handoff_once()).count();
+        if ok >= iter * 2 / 3 {
+            return;
+        }
+        rounds.push(ok);
+    }
+    panic!("direct handoff < 2/3 in three rounds: {rounds:?} of {iter}");
 }
 
 #[test]
