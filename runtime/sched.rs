@@ -1725,6 +1725,13 @@ fn start_the_world(runnable: Vec<*mut P>) {
 pub(crate) fn snapshot() -> crate::Stats {
     let procs = gomaxprocs();
     let (runq, nmidle) = {
+        // A runtime lock taken on a user G (`goro::stats()`): inside a
+        // critical section, or an asynchronous preemption landing while it
+        // is held parks the G through gopreempt_m, which takes sched.lock
+        // again on the same thread (found as a hang of
+        // preempt::user_sigurg under qemu, ~1 run in 40: the test polls
+        // `stats()` beside hogs preempted every 500 µs).
+        let _ml = crate::m::MLock::new();
         let s = SCHED.lock.lock();
         (s.runqsize as usize, s.nmidle as usize)
     };
@@ -1754,6 +1761,8 @@ pub(crate) fn snapshot() -> crate::Stats {
 /// Ps a stop-the-world still waits for (Go's sched.stopwait), for
 /// scheddetail.
 pub(crate) fn stopwait() -> i32 {
+    // Critical section: may run on a user G (see `snapshot`).
+    let _ml = crate::m::MLock::new();
     SCHED.lock.lock().stopwait
 }
 
