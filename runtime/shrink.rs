@@ -319,10 +319,11 @@ fn look(gp: *mut G, now: i64, min_park: i64) -> Look {
         // its owner, before the Release that published the G).
         let (sp, stack) = unsafe { ((*g.gobuf()).sp, g.stack.get()) };
         let page = os::page_size();
+        // Step 3: release the dead part of the stack.
         let n = match stack {
-            // Step 3. SAFETY: sp is this park's saved context on this
-            // stack, and the scan bit keeps the G from running until
-            // end_scan: nothing uses the stack below sp meanwhile.
+            // SAFETY: sp is this park's saved context on this stack, and
+            // the scan bit keeps the G from running until end_scan: nothing
+            // uses the stack below sp meanwhile.
             Some(st) => unsafe { st.release_dead(sp, page, SHRINK_MIN_BYTES) },
             None => 0,
         };

@@ -406,11 +406,14 @@ fn emit(kind: Kind, p: i32, arg: u64, reason: WaitReason) {
 #[cold]
 fn emit_slow(tb: &ThreadBuf, gen: u64, ev: Event) {
     let c = tb.cur.load(Ordering::Relaxed);
-    // SAFETY (both blocks): our current chunk, as in `emit`.
-    let c = if !c.is_null() && unsafe { (*c).gen.load(Ordering::Relaxed) } != gen {
+    // SAFETY: c, if not null, is this thread's current chunk: only this
+    // thread frees it or hands it over (as in `emit`).
+    let stale = !c.is_null() && unsafe { (*c).gen.load(Ordering::Relaxed) } != gen;
+    let c = if stale {
         // Left from an earlier trace: reuse it. `stop` of that trace has
         // finished (start/stop serialise), and a reader of this
         // generation that sees `gen` sees `len` reset first.
+        // SAFETY: as above; only the owner writes `len` and `gen`.
         unsafe {
             (*c).len.store(0, Ordering::Relaxed);
             (*c).gen.store(gen, Ordering::Release);
