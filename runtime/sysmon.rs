@@ -180,11 +180,7 @@ fn sysmon() -> ! {
         poll_network(now);
         if crate::trace::on() && now - last_counters >= 1_000_000 {
             last_counters = now;
-            let s = sched::snapshot();
-            crate::trace::counters(
-                s.global_runq + s.local_runq.iter().sum::<usize>(),
-                s.idle_procs,
-            );
+            crate::trace::sample_counters();
         }
         // Go resets the back-off only when retake handed a P off.
         if retake(now, &mut ticks) > 0 {

@@ -551,6 +551,17 @@ pub(crate) fn counters(runnable: usize, idle_ps: usize) {
     emit(Kind::Counters, -1, arg, WaitReason::Zero);
 }
 
+/// Samples the scheduler counters now ([`counters`]): sysmon's periodic
+/// sample, and one at each end of a trace so that the counter track has a
+/// value from start to stop however briefly tracing ran.
+pub(crate) fn sample_counters() {
+    let s = crate::sched::snapshot();
+    counters(
+        s.global_runq + s.local_runq.iter().sum::<usize>(),
+        s.idle_procs,
+    );
+}
+
 /// netpoll found `n` goroutines ready (any thread).
 #[cold]
 pub(crate) fn netpoll(n: usize) {
@@ -581,7 +592,9 @@ fn tsc_usable() -> bool {
 /// Starts the runtime if needed. Does not block.
 pub fn start(path: impl AsRef<Path>) -> io::Result<()> {
     crate::ensure_started();
-    start_inner(path.as_ref())
+    start_inner(path.as_ref())?;
+    sample_counters();
+    Ok(())
 }
 
 pub(crate) fn start_inner(path: &Path) -> io::Result<()> {
@@ -630,6 +643,8 @@ pub fn stop() -> io::Result<()> {
             "goro::trace: tracing is not enabled",
         ));
     };
+    // The counters' closing value (lock order: OUT, then sched.lock).
+    sample_counters();
     let gen = GEN.swap(0, Ordering::Relaxed);
     set_all_m(false);
     let (ns1, tk1) = (crate::os::nanotime(), ticks());
