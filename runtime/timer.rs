@@ -187,11 +187,7 @@ impl TimerCore {
                 }
                 send_time(c);
                 if st.period > 0 {
-                    // Go: when + period*(1 + (now-when)/period); ticks a
-                    // slow reader missed are dropped (the buffer is full).
-                    let period = st.period;
-                    let next =
-                        when.saturating_add(period.saturating_mul(1 + (now - when) / period));
+                    let next = next_tick(when, now, st.period);
                     drop(st); // see `reset`: add without holding `st`
                     let t = self.clone();
                     timers.add(next, Action::User { t, gen });
@@ -209,6 +205,14 @@ impl TimerCore {
             }
         }
     }
+}
+
+/// When a ticker due at `when` and run at `now` fires next (Go:
+/// `when + period*(1 + (now-when)/period)`): the first multiple of
+/// `period` after `now`, so ticks a slow reader missed are dropped rather
+/// than delivered in a burst (the buffer holds one).
+fn next_tick(when: i64, now: i64, period: i64) -> i64 {
+    when.saturating_add(period.saturating_mul(1 + (now - when) / period))
 }
 
 /// Drops a heap entry's reference to a user timer. If it is the last one
@@ -466,6 +470,18 @@ fn sift_down(t: &mut [Timer], mut i: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn next_tick_skips_missed_ticks() {
+        // On time, or late by less than a period: one period on.
+        assert_eq!(next_tick(100, 100, 100), 200);
+        assert_eq!(next_tick(100, 199, 100), 200);
+        // Late by 9.5 periods: the 9 missed ticks are dropped.
+        assert_eq!(next_tick(100, 1050, 100), 1100);
+        assert_eq!(next_tick(1_000, 1_000 + 3 * 7 + 1, 7), 1_000 + 4 * 7);
+        // Saturates rather than wrapping.
+        assert_eq!(next_tick(i64::MAX - 5, i64::MAX - 5, 100), i64::MAX);
+    }
 
     #[test]
     fn stale_timeouts_are_purged_and_live_ones_kept() {

@@ -418,6 +418,50 @@ fn ping_pong_hog() {
     });
 }
 
+/// Go's `schedtick % 61` check in findRunnable: a goroutine in the global
+/// run queue runs although the local queue never empties (two goroutines
+/// yielding to each other on the only P; goro's yield requeues locally).
+/// Counted in scheduling rounds, not time: once the stopper is queued it
+/// must run within about 61 rounds (bound: 10,000). Without the check only
+/// some later rescue (a preemption, seconds on) lets it run.
+#[test]
+fn global_queue_fairness() {
+    let _s = serial();
+    run(|| {
+        let _p = procs(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let yielders: Vec<_> = (0..2)
+            .map(|_| {
+                let (s, q, r) = (stop.clone(), queued.clone(), rounds.clone());
+                goro::spawn(move || {
+                    while !s.load(SeqCst) {
+                        if q.load(SeqCst) {
+                            r.fetch_add(1, SeqCst);
+                        }
+                        goro::yield_now();
+                    }
+                })
+            })
+            .collect();
+        // Spawned from a plain thread: into the global queue. (Not
+        // joined before the yielders: that would block this goroutine's
+        // thread.)
+        let q = queued.clone();
+        let t = std::thread::spawn(move || {
+            goro::spawn(move || stop.store(true, SeqCst));
+            q.store(true, SeqCst);
+        });
+        for h in yielders {
+            h.join().unwrap();
+        }
+        t.join().unwrap();
+        let n = rounds.load(SeqCst);
+        assert!(n <= 10_000, "the global queue waited {n} scheduling rounds");
+    });
+}
+
 /// TestTimerFairness: a timer channel gets its turn although another case of
 /// the same select is always ready (with one P and with the default number).
 #[test]

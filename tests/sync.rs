@@ -1549,3 +1549,26 @@ fn sema_handoff2() {
     let _p = procs(2);
     common::run(sema_handoff);
 }
+
+/// Semaphores share the runtime's 251 wait-queue roots (Go's semtable),
+/// hashed from their address, and a root counts the waiters of all its
+/// addresses. A release on an address with no waiter of its own must not
+/// consume the count of another address's waiter in the same root (it
+/// then finds nobody to wake and a later release of the waiter's own
+/// address skips the wake-up). 1024 semaphores side by side are sure to
+/// put several in the root of the first.
+#[test]
+fn release_on_shared_root_keeps_other_waiter() {
+    let _w = common::watchdog();
+    let sems: Arc<Vec<Semaphore>> = Arc::new((0..1024).map(|_| Semaphore::new(0)).collect());
+    common::run(move || {
+        let s = sems.clone();
+        let waiter = goro::spawn(move || s[0].acquire());
+        common::wait_parked(waiter.id());
+        for s in &sems[1..] {
+            s.release();
+        }
+        sems[0].release();
+        waiter.join().unwrap();
+    });
+}

@@ -463,6 +463,37 @@ fn after_func_runs_in_new_goroutine() {
     });
 }
 
+/// A stopped and dropped `after_func` timer's heap entry is the last owner
+/// of the closure; the entry is discarded where timers run (g0), but the
+/// closure's destructor may park, so it must run in a goroutine. The drop
+/// is observed from a plain channel, as nothing else is left to observe.
+#[test]
+fn after_func_closure_dropped_in_goroutine() {
+    let _w = common::watchdog();
+    struct OnDrop(std::sync::mpsc::Sender<Option<u64>>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.send(goro::current_id());
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    run(move || {
+        let d = OnDrop(tx);
+        let t = after_func(Duration::from_millis(2), move || {
+            let _keep = &d;
+            unreachable!("a stopped after_func ran");
+        });
+        assert!(t.stop());
+        drop(t);
+    });
+    // The entry is discarded when it comes due (or when a purge meets it).
+    let who = rx.recv().unwrap();
+    assert!(
+        who.is_some(),
+        "after_func's closure was dropped off a goroutine"
+    );
+}
+
 /// TestAfterStop: stopped timers (func and channel) never fire; stop
 /// reports true once, then false.
 #[test]
