@@ -713,6 +713,17 @@ pub mod __private {
         crate::sema::sem_nwait(addr)
     }
 
+    /// Entries (live or stale) in the timer heap of P `p` (0 for a P that
+    /// does not exist): a test hook. Racy snapshot.
+    pub fn timers_on_p(p: usize) -> usize {
+        crate::ensure_started();
+        if p < crate::sched::gomaxprocs() {
+            crate::sched::allp(p).timers.len()
+        } else {
+            0
+        }
+    }
+
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.
     pub fn timers_pending() -> usize {
