@@ -991,6 +991,34 @@ fn wakeup_ping_pong_no_rescue() {
     });
 }
 
+/// With the rescue off, every P's timers still fire on time when all Ps
+/// are idle: the one M left blocks in netpoll until the earliest timer of
+/// any P (findRunnable folds the other Ps' next timers into its own), so a
+/// short sleep whose timer sits on another P than that M's, or on a P
+/// whose heap is otherwise empty or holds only a far timer, is not missed.
+/// A far sleeper keeps an hour-long timer on one P throughout; the short
+/// sleepers land on either P, round after round. A missed timer leaves a
+/// short sleeper parked for the hour and the watchdog fails the test.
+#[test]
+fn timers_of_other_ps_no_rescue() {
+    isolated_env("timers_of_other_ps_no_rescue", Some(NO_RESCUE), || {
+        run(|| {
+            let _p = procs(2);
+            let far = goro::spawn(|| goro::time::sleep(Duration::from_secs(3600)));
+            common::wait_parked(far.id());
+            for _ in 0..scale(100) {
+                let hs: Vec<_> = (0..2)
+                    .map(|_| goro::spawn(|| goro::time::sleep(Duration::from_millis(2))))
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+            }
+            // `far` is left asleep: the child process exits.
+        })
+    });
+}
+
 /// TestGoroutineParallelism and TestGoroutineParallelism2 with the rescue
 /// off: every spawned worker must be picked up by a woken M.
 #[test]

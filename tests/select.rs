@@ -770,6 +770,24 @@ fn select_commaless_block_arms() {
     });
 }
 
+/// A select with no cases and `default(timeout)` (Go's `select {}` with a
+/// deadline) waits out the timeout, on a goroutine and on a plain thread.
+#[test]
+fn select_no_cases_default_timeout_waits() {
+    let _w = common::watchdog();
+    let check = || {
+        let d = Duration::from_millis(20);
+        let start = Instant::now();
+        let r = goro::select! {
+            default(d) => { "timeout" }
+        };
+        assert_eq!(r, "timeout");
+        assert!(start.elapsed() >= d, "select with no cases returned early");
+    };
+    run(check);
+    check();
+}
+
 /// default(timeout): runs if no case is ready within the timeout (no
 /// earlier), and a case that becomes ready in time wins.
 #[test]

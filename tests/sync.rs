@@ -1460,12 +1460,58 @@ fn mutex_starvation_round_trip() {
                 m.try_lock().is_some(),
                 "attempt {attempt}: try_lock failed on an unlocked, uncontended mutex"
             );
+            assert_eq!(m.__state(), 0, "attempt {attempt}: state word left behind");
             if s {
                 starved = true;
                 break;
             }
         }
         assert!(starved, "the mutex never entered starvation mode");
+    });
+}
+
+/// The mutex's state word returns to 0 once nobody holds, waits for or is
+/// being handed the mutex, after contention that took it through spinning,
+/// parking, waking and starvation mode: every waiter counted in was counted
+/// out, and no WOKEN or STARVING bit is left behind. (A waiter counted for
+/// a locker that found the mutex free, or counted down instead of up,
+/// leaves a count that makes unlock wake nobody, or hand a starving mutex
+/// to a goroutine that is not waiting.)
+#[test]
+fn mutex_state_clean_after_contention() {
+    let _w = common::watchdog();
+    common::run(|| {
+        let m = Arc::new(Mutex::new(0u64));
+        let workers = 4;
+        let iters = scale(4_000) as u64;
+        let hs: Vec<_> = (0..workers)
+            .map(|w| {
+                let m = m.clone();
+                goro::spawn(move || {
+                    for i in 0..iters {
+                        let mut g = m.lock();
+                        *g += 1;
+                        if (i + w) % 500 == 0 {
+                            // Now and then hold it past the 1 ms starvation
+                            // threshold (a busy wait: the waiters must wait).
+                            let t = std::time::Instant::now();
+                            while t.elapsed() < Duration::from_micros(1500) {
+                                std::hint::spin_loop();
+                            }
+                        }
+                        drop(g);
+                        if i % 7 == 0 {
+                            goro::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(*m.lock(), workers * iters);
+        assert_eq!(m.__state(), 0, "state word left behind: {:#x}", m.__state());
     });
 }
 

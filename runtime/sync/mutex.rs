@@ -394,6 +394,15 @@ impl<T: ?Sized> Mutex<T> {
         self.raw.state.load(Ordering::Relaxed) & STARVING != 0
     }
 
+    /// Test hook, not API: the whole state word (LOCKED, WOKEN, STARVING
+    /// and the waiter count; see "The state word"), 0 for a mutex nobody
+    /// holds, waits for or is waking. Racy snapshot.
+    #[doc(hidden)]
+    pub fn __state(&self) -> i32 {
+        // Relaxed: a snapshot for tests; no data is published through it.
+        self.raw.state.load(Ordering::Relaxed)
+    }
+
     /// Mutable access without locking: `&mut self` proves no one else can
     /// hold the lock.
     pub fn get_mut(&mut self) -> &mut T {
