@@ -1451,6 +1451,15 @@ fn mutex_starvation_round_trip() {
             let s = m.__is_starving();
             drop(g); // in starvation mode: a direct handoff to the waiter
             w.join().unwrap();
+            // The waiter, the last one, took the mutex out of starvation
+            // mode when it was handed the lock (before locking again below,
+            // which would mend a mutex left starving through the spare
+            // semaphore count its futile handoff leaves).
+            assert_eq!(
+                m.__state(),
+                0,
+                "attempt {attempt}: state word left behind by the last waiter"
+            );
             assert_eq!(*m.lock(), attempt + 1);
             assert!(
                 !m.__is_starving(),
