@@ -485,32 +485,87 @@ mod tests {
 
     #[test]
     fn stale_timeouts_are_purged_and_live_ones_kept() {
-        let gp = crate::g::G::alloc(None);
-        // SAFETY: a fresh G used only as a generation word here.
-        let g = unsafe { &*gp };
+        // SAFETY (both): fresh Gs used only as generation words here.
+        let live_g = crate::g::G::alloc(None);
+        let stale_g = crate::g::G::alloc(None);
+        let (lg, sg) = unsafe { (&*live_g, &*stale_g) };
         let timers = Timers::new();
-        // 10,000 timed waits that completed before their timeout: the G's
-        // generation moved past each one.
+        // 2,000 live waits first (more than PURGE_MIN, so they sit in the
+        // heap through every purge below), half select timeouts and half
+        // netpoll-style calls, due in scrambled order.
+        const LIVE: i64 = 2_000;
+        let live_seq = 7u64;
+        lg.selgen.store(2 * live_seq, Ordering::Relaxed);
+        static CALL_GEN: AtomicU64 = AtomicU64::new(3);
+        fn never(_: usize, _: u64) {}
+        for i in 0..LIVE {
+            let when = 1_000 + (i * 7919) % LIVE;
+            if i % 2 == 0 {
+                timers.add(
+                    when,
+                    Action::SelTimeout {
+                        gp: live_g,
+                        seq: live_seq,
+                    },
+                );
+            } else {
+                timers.add(
+                    when,
+                    Action::Call {
+                        f: never,
+                        arg: 0,
+                        gen: &CALL_GEN,
+                        seq: 3,
+                    },
+                );
+            }
+        }
+        // 10,000 timed waits that completed before their timeout (the G's
+        // generation moved past each one), and cancelled calls, due among
+        // the live ones: purging them takes entries from all over the heap,
+        // which must then be rebuilt.
         for seq in 1..=10_000u64 {
-            g.selgen.store(2 * seq + 1, Ordering::Relaxed);
-            timers.add(i64::MAX - 1, Action::SelTimeout { gp, seq });
+            sg.selgen.store(2 * seq + 1, Ordering::Relaxed);
+            let when = 1_000 + (seq as i64 * 31) % (2 * LIVE);
+            timers.add(when, Action::SelTimeout { gp: stale_g, seq });
+            timers.add(
+                when + 1,
+                Action::Call {
+                    f: never,
+                    arg: 0,
+                    gen: &CALL_GEN,
+                    seq: 4,
+                },
+            );
         }
-        let live_seq = 10_001u64;
-        g.selgen.store(2 * live_seq, Ordering::Relaxed);
-        timers.add(1_000, Action::SelTimeout { gp, seq: live_seq });
-        let n = timers.heap.lock().t.len();
-        assert!(n < 2 * PURGE_MIN, "stale timeouts kept: {n} timers");
-        assert_eq!(
-            timers.next_when(),
-            1_000,
-            "the live timeout must survive and stay first"
+        // Purged whenever the heap doubled past the live ones.
+        let n = timers.len();
+        assert!(
+            n <= 2 * LIVE as usize + 2,
+            "stale timeouts kept: {n} timers"
         );
-        // Heap order still holds after purges.
-        let mut h = timers.heap.lock();
-        for i in 1..h.t.len() {
-            assert!(h.t[(i - 1) / 4].key() <= h.t[i].key());
+        // Every live entry survived, and everything comes out in deadline
+        // order (the heap was rebuilt correctly after each purge).
+        let (mut whens, mut live) = (Vec::new(), 0);
+        let heap_ok = |timers: &Timers| {
+            let h = timers.heap.lock();
+            (1..h.t.len()).all(|i| h.t[(i - 1) / 4].key() <= h.t[i].key())
+        };
+        assert!(heap_ok(&timers), "heap order broken by a purge");
+        while let Some(t) = timers.pop_due(i64::MAX) {
+            if whens.len() % 64 == 0 {
+                assert!(heap_ok(&timers), "heap order broken by pop");
+            }
+            whens.push(t.when);
+            live += usize::from(match t.action {
+                Action::SelTimeout { gp, .. } => gp == live_g,
+                Action::Call { seq, .. } => seq == 3,
+                _ => false,
+            });
         }
-        h.t.clear();
+        assert_eq!(live, LIVE as usize, "live timeouts were purged");
+        assert!(whens.windows(2).all(|w| w[0] <= w[1]), "heap order broken");
+        assert_eq!(timers.next_when(), 0);
     }
 
     #[test]
