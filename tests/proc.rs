@@ -995,7 +995,8 @@ fn wakeup_ping_pong_no_rescue() {
 /// are idle: the one M left blocks in netpoll until the earliest timer of
 /// any P (findRunnable folds the other Ps' next timers into its own), so a
 /// short sleep whose timer sits on another P than that M's, or on a P
-/// whose heap is otherwise empty or holds only a far timer, is not missed.
+/// whose heap is otherwise empty or holds only a far timer, is not missed;
+/// and a timer added by a goroutine that then spins on it gets an M.
 /// A far sleeper keeps an hour-long timer on one P throughout; the short
 /// sleepers land on either P, round after round. A missed timer leaves a
 /// short sleeper parked for the hour and the watchdog fails the test.
@@ -1012,6 +1013,22 @@ fn timers_of_other_ps_no_rescue() {
                     .collect();
                 for h in hs {
                     h.join().unwrap();
+                }
+            }
+            // A goroutine that waits for its timer without parking: its
+            // own M never looks at its heap (no schedule point, no async
+            // preemption here), so adding the timer must wake another M
+            // (Go's wakeNetPoller: break the poller, or wake an idle P).
+            // (after_func, not a channel: receiving from a timer channel
+            // runs a due timer itself, Go 1.23.)
+            for _ in 0..scale(20) {
+                let fired = Arc::new(AtomicBool::new(false));
+                let f = fired.clone();
+                let _t = goro::time::after_func(Duration::from_millis(2), move || {
+                    f.store(true, SeqCst);
+                });
+                while !fired.load(SeqCst) {
+                    std::hint::spin_loop();
                 }
             }
             // `far` is left asleep: the child process exits.
