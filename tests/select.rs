@@ -1290,3 +1290,50 @@ fn select_after_races_completion_mixed() {
         select_after_races(false, true);
     });
 }
+
+/// The timeout entries of waits that completed early stay in the timer
+/// heap until their deadline (they are deleted lazily); each is tied to its
+/// wait by the goroutine's wait generation. A timeout that fires must leave
+/// the generation past every number used so far, or a later wait of the
+/// same goroutine can be handed an earlier wait's number and be timed out
+/// by that wait's stale entry. Here ten waits complete early, leaving entries
+/// due at +300 ms; one wait times out; the next waits for a value sent only
+/// after those entries are due, with a deadline far beyond, so only a stale
+/// entry could time it out.
+#[test]
+fn stale_timeouts_never_end_a_later_wait() {
+    let _w = common::watchdog();
+    run(|| {
+        let me = goro::current_id().unwrap();
+        let (tx, rx) = chan::<u32>(0);
+        let start = Instant::now();
+        let stale = Duration::from_millis(300);
+        let sender = goro::spawn(move || {
+            for i in 0..10 {
+                common::wait_parked(me);
+                tx.send(i).unwrap();
+            }
+            // After every stale entry is due (a scenario, not a sync: the
+            // wait below has a deadline of minutes).
+            common::wait_parked(me);
+            if let Some(left) = (stale + Duration::from_millis(50)).checked_sub(start.elapsed()) {
+                goro::time::sleep(left);
+            }
+            tx.send(99).unwrap();
+        });
+        for i in 0..10 {
+            assert_eq!(rx.recv_timeout(stale), Ok(i));
+        }
+        let (_none_tx, none_rx) = chan::<u32>(0);
+        assert_eq!(
+            none_rx.recv_timeout(Duration::from_millis(1)),
+            Err(goro::RecvTimeoutError::Timeout)
+        );
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(600)),
+            Ok(99),
+            "a stale timeout ended a later wait"
+        );
+        sender.join().unwrap();
+    });
+}
