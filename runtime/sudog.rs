@@ -183,3 +183,74 @@ impl WaitQ {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sudog(sel: *const AtomicU64, seq: u64) -> Sudog {
+        Sudog {
+            g: ptr::null_mut(),
+            parker: ptr::null(),
+            sel,
+            seq,
+            elem: ptr::null_mut(),
+            success: false,
+            next: ptr::null_mut(),
+            prev: ptr::null_mut(),
+            queued: false,
+        }
+    }
+
+    #[test]
+    fn waitq_fifo_and_remove() {
+        let mut s: Vec<Sudog> = (0..5).map(|_| sudog(ptr::null(), 0)).collect();
+        let p: Vec<*mut Sudog> = s.iter_mut().map(|x| x as *mut Sudog).collect();
+        let mut q = WaitQ::new();
+        assert!(q.dequeue().is_null());
+        for &x in &p {
+            q.enqueue(x);
+        }
+        // Remove the first, a middle one and the last; removing twice, or
+        // removing a sudog that is not queued, changes nothing.
+        q.remove(p[0]);
+        q.remove(p[2]);
+        q.remove(p[4]);
+        q.remove(p[2]);
+        assert_eq!(q.first_racy(), p[1]);
+        assert_eq!(q.dequeue(), p[1]);
+        q.enqueue(p[0]);
+        assert_eq!(q.dequeue(), p[3]);
+        assert_eq!(q.dequeue(), p[0]);
+        assert!(q.dequeue().is_null());
+        assert!(q.first_racy().is_null());
+        // Emptied, a queue links anew from both ends.
+        q.enqueue(p[4]);
+        q.remove(p[4]);
+        assert!(q.dequeue().is_null());
+    }
+
+    #[test]
+    fn dequeue_skips_select_waiters_already_won() {
+        // Two select waits: one still waiting (generation 2 * 5), one
+        // already completed elsewhere (2 * 7 + 1); and a plain waiter.
+        let live = AtomicU64::new(2 * 5);
+        let done = AtomicU64::new(2 * 7 + 1);
+        let mut a = sudog(&done, 7);
+        let mut b = sudog(&live, 5);
+        let mut c = sudog(ptr::null(), 0);
+        let mut q = WaitQ::new();
+        q.enqueue(&mut a);
+        q.enqueue(&mut b);
+        q.enqueue(&mut c);
+        // `a` lost: dropped; `b` won: its generation is now odd.
+        assert_eq!(q.dequeue(), &mut b as *mut Sudog);
+        assert_eq!(live.load(Ordering::Relaxed), 2 * 5 + 1);
+        assert!(!a.queued);
+        // A second waker of the same wait would lose (the CAS is the
+        // once-only gate): re-queue `b` and see it skipped.
+        q.enqueue(&mut b);
+        q.remove(&mut c);
+        assert!(q.dequeue().is_null());
+    }
+}
