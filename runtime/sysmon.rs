@@ -130,8 +130,14 @@ fn sysmon() -> ! {
             if sysmon_wait(cap) {
                 crate::waitreason::set_park_clock(crate::os::nanotime());
                 shrinker.woken();
-                idle = 0;
-                delay = 20;
+                // A P is busy again: look at it soon (20 µs, Go's first
+                // delay), but back off at once (doubling from the next
+                // round) rather than after 50 rounds of 20 µs. A server
+                // whose Ps go idle between requests wakes sysmon hundreds
+                // of times a second; with the full reset each wake cost 50
+                // sleeps (measured under wrk: ~2,000 sysmon wake-ups/s).
+                idle = 51;
+                delay = 10; // doubled to 20 at the top of the loop
                 continue;
             }
         }
