@@ -485,9 +485,9 @@ mod tests {
 
     #[test]
     fn stale_timeouts_are_purged_and_live_ones_kept() {
-        // SAFETY (both): fresh Gs used only as generation words here.
         let live_g = crate::g::G::alloc(None);
         let stale_g = crate::g::G::alloc(None);
+        // SAFETY: fresh Gs (never freed) used only as generation words here.
         let (lg, sg) = unsafe { (&*live_g, &*stale_g) };
         let timers = Timers::new();
         // 2,000 live waits first (more than PURGE_MIN, so they sit in the
