@@ -727,10 +727,7 @@ pub mod __private {
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.
     pub fn timers_pending() -> usize {
-        crate::ensure_started();
-        (0..crate::sched::gomaxprocs())
-            .map(|i| crate::sched::allp(i).timers.len())
-            .sum()
+        (0..crate::max_procs()).map(timers_on_p).sum()
     }
 }
 

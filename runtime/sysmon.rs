@@ -57,6 +57,10 @@ struct PTick {
     probed: i64,
 }
 
+/// Rounds without a P hand-off after which sysmon's sleep starts doubling
+/// from 20 µs (Go's sysmon: 50).
+const BACKOFF_AFTER: u32 = 50;
+
 /// Longest sysmon sleep while some P is busy: the preemption deadline is
 /// kept to within it (Go lets it grow to 10 ms).
 const BUSY_MAX_DELAY_US: u64 = 1_000;
@@ -100,7 +104,7 @@ fn sysmon() -> ! {
     loop {
         if idle == 0 {
             delay = 20;
-        } else if idle > 50 {
+        } else if idle > BACKOFF_AFTER {
             delay = (delay * 2).min(10_000);
         }
         if SCHEDTRACE_MS.load(Ordering::Relaxed) == 0 && all_idle() {
@@ -132,11 +136,12 @@ fn sysmon() -> ! {
                 shrinker.woken();
                 // A P is busy again: look at it soon (20 µs, Go's first
                 // delay), but back off at once (doubling from the next
-                // round) rather than after 50 rounds of 20 µs. A server
-                // whose Ps go idle between requests wakes sysmon hundreds
-                // of times a second; with the full reset each wake cost 50
-                // sleeps (measured under wrk: ~2,000 sysmon wake-ups/s).
-                idle = 51;
+                // round) rather than after BACKOFF_AFTER rounds of 20 µs.
+                // A server whose Ps go idle between requests wakes sysmon
+                // hundreds of times a second; with the full reset, sysmon
+                // woke ~3,300 times a second under wrk, ~1,200 with this
+                // (docs/PREEMPTION.md).
+                idle = BACKOFF_AFTER + 1;
                 delay = 10; // doubled to 20 at the top of the loop
                 continue;
             }
