@@ -7,28 +7,36 @@
 // (as corosensei and boost.context do). The layout shared with Rust lives in
 // runtime/arch/x86_64.rs (`SwitchFrame`), which asserts the offsets below.
 //
-// A suspended context (gobuf.sp points at the lowest word):
+// A suspended context (gobuf.sp points at the lowest word), 32 bytes:
 //
 //     high addresses
 //     +---------------------+
-//     | return address      |  +56   where `ret` resumes the context
-//     | rbp                 |  +48
-//     | rbx                 |  +40
-//     | r12                 |  +32
-//     | r13                 |  +24
-//     | r14                 |  +16
-//     | r15                 |  +8
-//     | (padding)           |  +0    keeps gobuf.sp 16-byte aligned
+//     | return address      |  +24   where the context resumes
+//     | rbp                 |  +16
+//     | rbx                 |  +8
+//     | (scratch: r12)      |  +0    keeps gobuf.sp 16-byte aligned
 //     +---------------------+  <- gobuf.sp (16-byte aligned)
 //     low addresses
 //
 // A fresh goroutine's stack is laid out by Rust (arch::init_frame) as the
-// same frame with rbx = argument, r12 = entry function and the return address
-// = goro_gostart, so the first gogo "returns" into the trampoline.
+// same frame with rbx = argument, the scratch word = entry function (the
+// restore loads it into r12) and the return address = goro_gostart, so the
+// first gogo "returns" into the trampoline.
 //
-// ABI checklist. Saved: rbx, rbp, r12-r15, rsp (in the gobuf). Not saved,
-// deliberately: caller-saved GPRs and all vector registers (every switch is
-// a call, so the caller has already spilled them), the x87 status word and
+// Who saves what (corosensei's split). goro_switch and goro_mcall save
+// only what Rust's inline asm cannot declare clobbered: rbx (LLVM's) and
+// rbp (the frame pointer), plus the resume address. Their only callers are
+// the `asm!` blocks in runtime/arch/mod.rs, which declare r12-r15 and
+// every caller-saved register clobbered (`clobber_abi("C")`), so the
+// compiler keeps across a switch only what is live there, and nothing in a
+// loop that carries nothing. Do not call these routines from anywhere else:
+// to a plain `extern "C"` caller they break the ABI (r12-r15 come back
+// changed).
+//
+// ABI checklist. Preserved across a switch: rbx, rbp, rsp (in the gobuf)
+// here; r12-r15 by the compiler at the call site. Not saved, deliberately:
+// caller-saved GPRs and all vector registers (every switch is a call, so
+// the caller has already spilled them), the x87 status word and
 // stack (empty at a call by ABI), rflags except DF (DF is clear at every
 // call by ABI), and the MXCSR / x87 control words: Rust assumes the default
 // floating-point environment everywhere (changing it is undefined
@@ -45,29 +53,17 @@
     .globl goro_asm_start
 goro_asm_start:
 
-// SAVE_FRAME: push a SwitchFrame (callee-saved registers and an 8-byte pad)
-// below the return address, with CFI for each slot. Clobbers nothing else,
-// so rdi..r9 still hold the routine's arguments.
+// SAVE_FRAME: push a SwitchFrame (rbp, rbx and a scratch word) below the
+// return address, with CFI for each saved slot. Clobbers nothing else, so
+// rdi..r9 still hold the routine's arguments.
     .macro SAVE_FRAME
     push rbp                        // callee-saved frame pointer
     .cfi_adjust_cfa_offset 8
     .cfi_rel_offset rbp, 0
-    push rbx
+    push rbx                        // reserved by LLVM: asm! cannot clobber it
     .cfi_adjust_cfa_offset 8
     .cfi_rel_offset rbx, 0
-    push r12
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r12, 0
-    push r13
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r13, 0
-    push r14
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r14, 0
-    push r15
-    .cfi_adjust_cfa_offset 8
-    .cfi_rel_offset r15, 0
-    sub rsp, 8                      // pad: the saved sp is 16-byte aligned
+    sub rsp, 8                      // scratch word: the saved sp is 16-byte aligned
     .cfi_adjust_cfa_offset 8
     .endm
 
@@ -75,6 +71,7 @@ goro_asm_start:
 // Saves the current context into *save_sp and resumes the one at new_sp.
 // Returns when another switch/gogo resumes the saved context.
     .globl goro_switch
+    .hidden goro_switch
     .type goro_switch,@function
     .p2align 4
 goro_switch:
@@ -90,6 +87,7 @@ goro_switch:
 // Go's gogo: resume the suspended context at sp. The current context is
 // abandoned (used on g0, whose frames are discarded at every mcall).
     .globl goro_gogo
+    .hidden goro_gogo
     .type goro_gogo,@function
     .p2align 4
 goro_gogo:
@@ -104,22 +102,11 @@ goro_gogo:
     .p2align 4
 goro_restore:
     .cfi_startproc
-    .cfi_def_cfa rsp, 64            // CFA = sp + frame size (56) + return address (8)
+    .cfi_def_cfa rsp, 32            // CFA = sp + frame size (24) + return address (8)
     .cfi_offset rbp, -16
     .cfi_offset rbx, -24
-    .cfi_offset r12, -32
-    .cfi_offset r13, -40
-    .cfi_offset r14, -48
-    .cfi_offset r15, -56
-    add rsp, 8                      // the pad
-    .cfi_def_cfa rsp, 56
-    pop r15
-    .cfi_def_cfa rsp, 48
-    pop r14
-    .cfi_def_cfa rsp, 40
-    pop r13
-    .cfi_def_cfa rsp, 32
-    pop r12
+    pop r12                         // scratch word: a fresh frame's entry
+                                    // (r12 is clobbered at every call site)
     .cfi_def_cfa rsp, 24
     pop rbx
     .cfi_def_cfa rsp, 16
@@ -142,6 +129,7 @@ goro_restore:
 // call f(arg) there. f must never return; the goroutine resumes later when
 // the scheduler gogo's its saved sp, which returns from goro_mcall.
     .globl goro_mcall
+    .hidden goro_mcall
     .type goro_mcall,@function
     .p2align 4
 goro_mcall:
@@ -162,6 +150,7 @@ goro_mcall:
 // exits through goexit (mcall), so it never returns. The undefined return
 // address ends backtraces and unwinding here: the bottom of a goroutine.
     .globl goro_gostart
+    .hidden goro_gostart
     .type goro_gostart,@function
     .p2align 4
 goro_gostart:
@@ -192,6 +181,7 @@ goro_gostart:
 // feature mask it saved them with (xrstor), so nothing is left out whatever
 // extensions (AVX-512, AMX) the CPU has.
     .globl goro_async_preempt
+    .hidden goro_async_preempt
     .type goro_async_preempt,@function
     .p2align 4
 goro_async_preempt:

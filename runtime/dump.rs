@@ -26,11 +26,8 @@ use std::io::{self, Write};
 
 /// Byte offsets of the saved frame pointer and return address in the
 /// arch's `SwitchFrame` (asserted with `offset_of!` in runtime/arch/*.rs:
-/// rbp 48, ret 56 on x86_64; x29 80, x30 88 on aarch64).
-#[cfg(target_arch = "x86_64")]
-const FRAME_FP_RET: (usize, usize) = (48, 56);
-#[cfg(target_arch = "aarch64")]
-const FRAME_FP_RET: (usize, usize) = (80, 88);
+/// rbp 16, ret 24 on x86_64; x29 16, x30 24 on aarch64).
+const FRAME_FP_RET: (usize, usize) = (16, 24);
 
 /// Most frames printed per goroutine.
 const MAX_FRAMES: usize = 64;

@@ -491,6 +491,7 @@ where
 /// Yields the processor: the goroutine goes to the back of its P's run
 /// queue and others run (Go's runtime.Gosched). On a plain thread it
 /// yields the thread.
+#[inline]
 pub fn yield_now() {
     park::gosched();
 }

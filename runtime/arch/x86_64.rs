@@ -5,46 +5,86 @@ use super::EntryFn;
 core::arch::global_asm!(include_str!("../../asm/x86_64.S"));
 
 /// The frame goro_switch/goro_mcall push and goro_restore pops; see the
-/// diagram in asm/x86_64.S. Offsets are asserted below.
+/// diagram in asm/x86_64.S. Offsets are asserted below. Only rbx and rbp
+/// are saved here: the `asm!` call sites in arch/mod.rs declare r12-r15
+/// clobbered, so the compiler saves them where they are live.
 #[repr(C)]
 pub(crate) struct SwitchFrame {
-    /// Keeps the saved sp 16-byte aligned (the FP control words are not
-    /// saved on a cooperative switch: see the ABI checklist in the asm).
-    _pad: usize,
-    r15: usize,
-    r14: usize,
-    r13: usize,
-    r12: usize,
+    /// Loaded into r12 by goro_restore (clobbered at every call site):
+    /// garbage in a suspended context, the entry function in a fresh one.
+    /// Keeps the saved sp 16-byte aligned.
+    scratch: usize,
     rbx: usize,
     rbp: usize,
     ret: usize,
 }
 
 const _: () = {
-    assert!(core::mem::offset_of!(SwitchFrame, r15) == 8);
-    assert!(core::mem::offset_of!(SwitchFrame, r12) == 32);
-    assert!(core::mem::offset_of!(SwitchFrame, rbx) == 40);
-    assert!(core::mem::offset_of!(SwitchFrame, rbp) == 48);
-    assert!(core::mem::offset_of!(SwitchFrame, ret) == 56);
-    // 64 bytes: sp + 64 is 16-byte aligned after the `ret`, as the
+    assert!(core::mem::offset_of!(SwitchFrame, scratch) == 0);
+    assert!(core::mem::offset_of!(SwitchFrame, rbx) == 8);
+    assert!(core::mem::offset_of!(SwitchFrame, rbp) == 16);
+    assert!(core::mem::offset_of!(SwitchFrame, ret) == 24);
+    // 32 bytes: sp + 32 is 16-byte aligned after the `ret`, as the
     // trampoline's `call` requires.
-    assert!(core::mem::size_of::<SwitchFrame>() == 64);
+    assert!(core::mem::size_of::<SwitchFrame>() == 32);
 };
 
 impl SwitchFrame {
     /// First frame of a goroutine: goro_gostart runs `entry(arg)` with
-    /// rbx = arg, r12 = entry.
+    /// rbx = arg, r12 = entry (the scratch word).
     pub(crate) fn new(entry: EntryFn, arg: *mut u8, gostart: usize) -> Self {
         SwitchFrame {
-            _pad: 0,
-            r15: 0,
-            r14: 0,
-            r13: 0,
-            r12: entry as usize,
+            scratch: entry as usize,
             rbx: arg as usize,
             rbp: 0, // ends the frame-pointer chain
             ret: gostart,
         }
+    }
+}
+
+/// Saves the current context into `*save_sp` and resumes the one at
+/// `new_sp` (asm/x86_64.S `goro_switch`), declaring clobbered what the
+/// routine does not save.
+///
+/// # Safety
+/// As for `arch::switch`.
+#[inline(always)]
+pub(crate) unsafe fn switch_raw(save_sp: *mut usize, new_sp: usize) {
+    // SAFETY: the caller guarantees a resumable target; goro_switch
+    // preserves rbx, rbp and rsp and returns when something resumes
+    // `save_sp`; every other register it may change is declared here.
+    unsafe {
+        core::arch::asm!(
+            "call {f}",
+            f = sym super::goro_switch,
+            in("rdi") save_sp,
+            in("rsi") new_sp,
+            lateout("r12") _, lateout("r13") _, lateout("r14") _, lateout("r15") _,
+            clobber_abi("C"),
+        )
+    }
+}
+
+/// Go's mcall (asm/x86_64.S `goro_mcall`), declaring clobbered what the
+/// routine does not save.
+///
+/// # Safety
+/// As for `arch::mcall`.
+#[inline(always)]
+pub(crate) unsafe fn mcall_raw(save_sp: *mut usize, g0_sp: usize, f: super::McallFn, arg: *mut u8) {
+    // SAFETY: as for switch_raw; f runs on g0 and never returns, and the
+    // goroutine resumes here through gogo with rbx, rbp and rsp restored.
+    unsafe {
+        core::arch::asm!(
+            "call {m}",
+            m = sym super::goro_mcall,
+            in("rdi") save_sp,
+            in("rsi") g0_sp,
+            in("rdx") f,
+            in("rcx") arg,
+            lateout("r12") _, lateout("r13") _, lateout("r14") _, lateout("r15") _,
+            clobber_abi("C"),
+        )
     }
 }
 
