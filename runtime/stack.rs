@@ -40,7 +40,7 @@
 //! [`free`]) and are taken from it again at the next spawn.
 
 use crate::os;
-use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 
 /// Stacks per arena mapping.
@@ -228,6 +228,8 @@ struct Arena {
 /// Per slot size: the arena being carved and the free stacks.
 struct Class {
     slot: usize,
+    /// Batches carved so far (see `alloc`).
+    batches: usize,
     arena: Option<Arena>,
     free: Vec<Stack>,
 }
@@ -280,6 +282,7 @@ pub(crate) fn alloc(size: usize) -> std::io::Result<Stack> {
         None => {
             pool.push(Class {
                 slot,
+                batches: 0,
                 arena: None,
                 free: Vec::new(),
             });
@@ -298,15 +301,128 @@ pub(crate) fn alloc(size: usize) -> std::io::Result<Stack> {
         class.arena = Some(new_arena(slot)?);
     }
     let a = class.arena.as_mut().expect("arena present");
+    // Carve a batch: its guards (and its stacks' top pages) then cost one
+    // system call each instead of one per stack plus one page fault.
+    let n = ((a.end - a.next) / slot)
+        .min(CARVE_BATCH_BYTES / slot)
+        .clamp(1, CARVE_BATCH);
     let base = a.next;
-    a.next += slot;
+    a.next += n * slot;
+    // Commit top pages ahead only for a class that has needed a batch
+    // before: a program with a few goroutines keeps its RSS.
+    let populate = class.batches > 0;
+    class.batches += 1;
     drop(pool);
-    install_guard(base, page)?;
-    STACKS_RESERVED.fetch_add(1, Ordering::Relaxed); // statistics only
-    Ok(Stack {
-        lo: base + page,
-        hi: base + slot,
-    })
+    let n = prepare_fresh(base, slot, n, page, populate)?;
+    STACKS_RESERVED.fetch_add(n, Ordering::Relaxed); // statistics only
+    let stack = |i: usize| Stack {
+        lo: base + i * slot + page,
+        hi: base + (i + 1) * slot,
+    };
+    if n > 1 {
+        let mut pool = POOL.lock();
+        let class = pool
+            .iter_mut()
+            .find(|c| c.slot == slot)
+            .expect("class present");
+        // Highest first, so pops take the lowest addresses first.
+        class.free.extend((1..n).rev().map(stack));
+    }
+    Ok(stack(0))
+}
+
+/// Most slots carved from an arena at a time when a class's free list is
+/// empty: 32 stacks of the default 256 KiB are 8 MiB, 4 page-table pages,
+/// and their populated top pages 128 KiB of memory committed ahead.
+const CARVE_BATCH: usize = 32;
+
+/// Most address space a batch spans (bigger stacks come fewer at a time,
+/// so their guards need no more page-table pages than the default's).
+const CARVE_BATCH_BYTES: usize = 8 << 20;
+
+/// `PIDFD_SELF` (Linux 6.15, include/uapi/linux/pidfd.h): the calling
+/// process for pidfd system calls, with no descriptor to open or inherit.
+const PIDFD_SELF: libc::c_int = -10000;
+
+/// `MADV_POPULATE_WRITE` (Linux 5.14): fault pages in writable, now.
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// Whether `process_madvise(PIDFD_SELF, ..)` with guard advice works here
+/// (Linux 6.15+; not under qemu-user). Cleared at the first failure
+/// (Relaxed: a stale true costs one more failed call, then the per-slot
+/// path).
+static BATCH_MADVISE: AtomicBool = AtomicBool::new(true);
+
+/// Guards `n` fresh slots from `base` (the guard page at the bottom of
+/// each) and, if `populate`, faults in each stack's top page, where its
+/// first frame goes.
+/// Batched with `process_madvise` where the kernel has it: one call for
+/// all guards, one for all top pages. Returns how many slots are usable
+/// (all `n`, or fewer if a per-slot guard failed after the first; the
+/// rest of the batch is then abandoned, address space only). Errors: the
+/// first slot's guard could not be installed.
+fn prepare_fresh(
+    base: usize,
+    slot: usize,
+    n: usize,
+    page: usize,
+    populate: bool,
+) -> std::io::Result<usize> {
+    if guard_mode() == GUARD_MADVISE && n > 1 && BATCH_MADVISE.load(Ordering::Relaxed) {
+        let iov = |off: usize| {
+            (0..n)
+                .map(|i| libc::iovec {
+                    iov_base: (base + i * slot + off) as *mut libc::c_void,
+                    iov_len: page,
+                })
+                .collect::<Vec<_>>()
+        };
+        let guards = iov(0);
+        // SAFETY: every iovec names one whole page inside our arena, not
+        // in use by anything; MADV_GUARD_INSTALL only marks those pages.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                PIDFD_SELF,
+                guards.as_ptr(),
+                n,
+                MADV_GUARD_INSTALL,
+                0,
+            )
+        };
+        if r == (n * page) as libc::c_long {
+            if !populate {
+                return Ok(n);
+            }
+            let tops = iov(slot - page);
+            // A hint: a failure leaves the pages to fault in on first use.
+            // SAFETY: each iovec is the top page of a fresh stack in our
+            // arena, private anonymous memory nobody uses yet; populating
+            // only commits zero pages.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_process_madvise,
+                    PIDFD_SELF,
+                    tops.as_ptr(),
+                    n,
+                    MADV_POPULATE_WRITE,
+                    0,
+                )
+            };
+            return Ok(n);
+        }
+        // A partial result guarded a prefix; installing again is harmless.
+        BATCH_MADVISE.store(false, Ordering::Relaxed);
+    }
+    for i in 0..n {
+        if let Err(e) = install_guard(base + i * slot, page) {
+            if i == 0 {
+                return Err(e);
+            }
+            return Ok(i);
+        }
+    }
+    Ok(n)
 }
 
 /// Returns a stack to the cache, releasing its cold pages first. The slow
@@ -357,14 +473,19 @@ fn new_arena(slot: usize) -> std::io::Result<Arena> {
     })
 }
 
-fn install_guard(addr: usize, page: usize) -> std::io::Result<()> {
+/// How guard pages are installed here (probed at the first call).
+fn guard_mode() -> u8 {
     // Relaxed: every thread computes the same mode; a race only repeats the probe.
     let mut mode = GUARD_MODE.load(Ordering::Relaxed);
     if mode == GUARD_UNKNOWN {
         mode = probe_guard_mode();
         GUARD_MODE.store(mode, Ordering::Relaxed);
     }
-    if mode == GUARD_MADVISE {
+    mode
+}
+
+fn install_guard(addr: usize, page: usize) -> std::io::Result<()> {
+    if guard_mode() == GUARD_MADVISE {
         // SAFETY: addr is a page inside one of our arenas, not in use.
         let r = unsafe { libc::madvise(addr as *mut _, page, MADV_GUARD_INSTALL) };
         if r == 0 {

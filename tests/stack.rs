@@ -91,6 +91,30 @@ fn overflow_child() {
                 let _ = h.join();
             });
         }
+        // The 70th of 100 live goroutines recurses forever: its stack
+        // came from a later carving batch (runtime/stack.rs carves 32 at a
+        // time, installs their guards in one call and populates their top
+        // pages from the second batch on), not the first slot of one.
+        "batched" => {
+            goro::run(|| {
+                let (tx, rx) = goro::chan::<()>(0);
+                let mut hs = Vec::new();
+                for i in 0..100 {
+                    let rx = rx.clone();
+                    hs.push(goro::spawn(move || {
+                        if i == 69 {
+                            eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                            recurse_forever(0);
+                        }
+                        let _ = rx.recv();
+                    }));
+                }
+                drop(tx);
+                for h in hs {
+                    let _ = h.join();
+                }
+            });
+        }
         // A named goroutine with a non-default stack size (300 KiB, pooled
         // in the 512 KiB class) recurses forever.
         "spawned_sized" => {
@@ -582,6 +606,15 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) -> String {
 fn overflow_in_spawned_goroutine_aborts_with_message() {
     let _w = common::watchdog();
     check_overflow_child("spawned", 256, 256 + 16);
+}
+
+/// Overflow in a goroutine whose stack is not the first of its carving
+/// batch (guards installed for 32 stacks in one `process_madvise` call
+/// where the kernel has it): caught by its own guard page and reported.
+#[test]
+fn overflow_in_batch_carved_stack_aborts_with_message() {
+    let _w = common::watchdog();
+    check_overflow_child("batched", 256, 256 + 16);
 }
 
 /// Infinite recursion in a named goroutine spawned with a non-default size
