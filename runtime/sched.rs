@@ -247,6 +247,13 @@ impl Synced {
         }
         // SAFETY: gp is queued; the queue is ours under lock.
         self.runq_head = unsafe { (*gp).schedlink.get() };
+        // Start fetching the frame gogo will pop: the G's line is in cache
+        // now (just read), and a batch's frames then arrive in parallel
+        // instead of one cache miss at a time in goro_restore, each G's
+        // first touch of its stack (perf: 22% of spawn_wait's samples).
+        // SAFETY: a queued G's context is saved and nothing resumes it
+        // while we hold the queue; reading its sp races with nobody.
+        crate::arch::prefetch_write(unsafe { (*(*gp).gobuf()).sp });
         if self.runq_head.is_null() {
             self.runq_tail = ptr::null_mut();
         }

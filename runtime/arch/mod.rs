@@ -147,6 +147,23 @@ pub(crate) unsafe fn init_frame(top: usize, entry: EntryFn, arg: *mut u8) -> usi
     sp
 }
 
+/// Hints the CPU to fetch the cache line at `addr` for writing (Go's
+/// prefetcht0, here `prefetchw` / `prfm pstl1keep`). Never faults,
+/// whatever `addr` is, and changes no state a program can observe.
+#[inline(always)]
+pub(crate) fn prefetch_write(addr: usize) {
+    // SAFETY: a prefetch has no architectural effect and never faults.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        core::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
+    };
+    // SAFETY: as above.
+    #[cfg(target_arch = "aarch64")]
+    unsafe {
+        core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
+    };
+}
+
 /// Benchmark: `iters` round trips main -> coroutine -> main with [`switch`].
 pub(crate) fn bench_switch(iters: u64) -> std::time::Duration {
     struct Ctx {
