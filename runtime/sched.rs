@@ -82,9 +82,6 @@ pub(crate) struct Synced {
     /// M structs allocated so far (next M id; exited Ms' structs and ids
     /// are reused, see allocm).
     pub(crate) mnext: i64,
-    /// Global free Gs (with stacks), one pair of lists per stack size
-    /// class (`stack::size_class`; 0: the default size).
-    gfree: [GfreeGlobal; stack::NCLASS],
     /// STW: Ps still to stop.
     stopwait: i32,
 }
@@ -92,7 +89,7 @@ pub(crate) struct Synced {
 // SAFETY: only reachable through the lock.
 unsafe impl Send for Synced {}
 
-/// The global free Gs of one stack size class (under sched.lock):
+/// The global free Gs of one stack size class (under [`GFREE`]):
 /// recently freed ("hot", stack pages still resident) and scavenged
 /// ("cold", pages returned to the OS); `n` counts both.
 struct GfreeGlobal {
@@ -115,6 +112,57 @@ impl GfreeGlobal {
         pops_seen: 0,
     };
 }
+
+/// Go's sched.gFree: the global free Gs (with stacks), one pair of lists
+/// per stack size class (`stack::size_class`; 0: the default size), under
+/// their own lock as in Go, so spawns refilling their P's list and exits
+/// spilling to it do not wait behind the run queue's users of
+/// sched.lock. A leaf lock: taken with sched.lock held (procresize),
+/// never the other way round, and nothing is locked while it is held.
+pub(crate) struct GfreeLists {
+    l: [GfreeGlobal; stack::NCLASS],
+}
+
+// SAFETY: the lists are reachable only through GFREE's lock.
+unsafe impl Send for GfreeLists {}
+
+impl GfreeLists {
+    /// Pushes a dead G on the global hot free list of stack class `c`.
+    fn gfree_push(&mut self, c: usize, gp: *mut G) {
+        let l = &mut self.l[c];
+        // SAFETY: gp is dead and owned by the caller until listed.
+        unsafe { (*gp).schedlink.set(l.hot) };
+        l.hot = gp;
+        l.n += 1;
+        NGFREE[c].store(l.n, Ordering::Relaxed);
+        GFREE_HOT.store(true, Ordering::Relaxed);
+    }
+
+    /// Pops a dead G from the global free lists of stack class `c`, hot
+    /// stacks first; null if both are empty.
+    fn gfree_pop(&mut self, c: usize) -> *mut G {
+        let l = &mut self.l[c];
+        let list = if l.hot.is_null() {
+            &mut l.cold
+        } else {
+            &mut l.hot
+        };
+        let gp = *list;
+        if !gp.is_null() {
+            // SAFETY: gp is on a global free list, owned under GFREE.
+            *list = unsafe { (*gp).schedlink.get() };
+            l.n -= 1;
+            l.pops += 1;
+            NGFREE[c].store(l.n, Ordering::Relaxed);
+        }
+        gp
+    }
+}
+
+/// The global G free lists (see [`GfreeLists`]).
+static GFREE: Mutex<GfreeLists> = Mutex::new(GfreeLists {
+    l: [const { GfreeGlobal::EMPTY }; stack::NCLASS],
+});
 
 /// Go's schedt.
 pub(crate) struct Sched {
@@ -165,7 +213,6 @@ pub(crate) static SCHED: Sched = Sched {
         midle: ptr::null_mut(),
         nmidle: 0,
         mnext: 0,
-        gfree: [const { GfreeGlobal::EMPTY }; stack::NCLASS],
         stopwait: 0,
     }),
     nmspinning: AtomicI32::new(0),
@@ -310,37 +357,6 @@ impl Synced {
         unsafe { (*mp).schedlink.set(self.midle) };
         self.midle = mp;
         self.nmidle += 1;
-    }
-
-    /// Pushes a dead G on the global hot free list of stack class `c`.
-    fn gfree_push(&mut self, c: usize, gp: *mut G) {
-        let l = &mut self.gfree[c];
-        // SAFETY: gp is dead and owned by the caller until listed.
-        unsafe { (*gp).schedlink.set(l.hot) };
-        l.hot = gp;
-        l.n += 1;
-        NGFREE[c].store(l.n, Ordering::Relaxed);
-        GFREE_HOT.store(true, Ordering::Relaxed);
-    }
-
-    /// Pops a dead G from the global free lists of stack class `c`, hot
-    /// stacks first; null if both are empty.
-    fn gfree_pop(&mut self, c: usize) -> *mut G {
-        let l = &mut self.gfree[c];
-        let list = if l.hot.is_null() {
-            &mut l.cold
-        } else {
-            &mut l.hot
-        };
-        let gp = *list;
-        if !gp.is_null() {
-            // SAFETY: gp is on a global free list, owned under the lock.
-            *list = unsafe { (*gp).schedlink.get() };
-            l.n -= 1;
-            l.pops += 1;
-            NGFREE[c].store(l.n, Ordering::Relaxed);
-        }
-        gp
     }
 
     /// A P counted by the running stop-the-world has stopped: one fewer
@@ -490,7 +506,7 @@ fn gfput_class(pp: &P, gp: *mut G, c: usize) {
             g1r.schedlink.set(batch);
             batch = g1;
         }
-        let mut s = SCHED.lock.lock();
+        let mut s = GFREE.lock();
         while !batch.is_null() {
             // SAFETY: batch is our private list.
             let next = unsafe { (*batch).schedlink.get() };
@@ -501,11 +517,11 @@ fn gfput_class(pp: &P, gp: *mut G, c: usize) {
 }
 
 /// Mirrors of the global free list lengths per stack class, read without
-/// the lock (written under it).
+/// GFREE (written under it).
 static NGFREE: [AtomicI32; stack::NCLASS] = [const { AtomicI32::new(0) }; stack::NCLASS];
 
 /// Whether the global hot free list may hold stacks the scavenger has not
-/// released yet. Set under sched.lock when a G is listed, cleared under it
+/// released yet. Set under GFREE when a G is listed, cleared under it
 /// when the scavenger empties the list; read without the lock by sysmon
 /// (Relaxed: a stale true costs one empty scavenge pass, a stale false
 /// delays the next pass to sysmon's next wake-up).
@@ -540,11 +556,11 @@ pub(crate) fn gfget(pp: &P, c: usize) -> *mut G {
 }
 
 /// Moves up to `p::gfree_batch(c)` Gs from the global list of class `c`
-/// to `pp`'s (under sched.lock). Owner P only.
+/// to `pp`'s (under GFREE). Owner P only.
 #[inline(never)]
 fn gfget_refill(pp: &P, c: usize) {
     let l = &pp.gfree[c];
-    let mut s = SCHED.lock.lock();
+    let mut s = GFREE.lock();
     while l.n.get() < p::gfree_batch(c) {
         let gp = s.gfree_pop(c);
         if gp.is_null() {
@@ -560,7 +576,7 @@ fn gfget_refill(pp: &P, c: usize) {
 /// A dead G from the global free list of stack class `c` (for spawns from
 /// plain threads).
 pub(crate) fn gfget_global(c: usize) -> *mut G {
-    SCHED.lock.lock().gfree_pop(c)
+    GFREE.lock().gfree_pop(c)
 }
 
 // ---------------------------------------------------------------------------
@@ -1669,6 +1685,7 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
         let p = allp(i);
         p.runq.drain(|gp| s.globrunqputhead(gp));
         p.timers.move_all(&p0.timers);
+        let mut gf = GFREE.lock();
         for (c, l) in p.gfree.iter().enumerate() {
             loop {
                 let gp = l.head.get();
@@ -1677,7 +1694,7 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
                 }
                 // SAFETY: gp is on p's free list and the world is stopped.
                 l.head.set(unsafe { (*gp).schedlink.get() });
-                s.gfree_push(c, gp);
+                gf.gfree_push(c, gp);
             }
             l.n.set(0);
         }
@@ -1790,7 +1807,7 @@ pub(crate) fn pidleget_locked() -> Option<*mut P> {
 /// scavenger likewise returns memory that has not been used recently).
 /// Returns whether hot stacks remain in the classes it may scavenge now.
 /// Called by sysmon, without a P, in small batches so a long list never
-/// keeps sysmon from its other duties; sched.lock is not held across the
+/// keeps sysmon from its other duties; GFREE is not held across the
 /// system calls.
 pub(crate) fn scavenge_gfree(max: usize) -> bool {
     const _: () = assert!(stack::NCLASS <= 32, "in_use below is a u32 bit set");
@@ -1798,8 +1815,8 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
     // Classes in use (bit c): left alone until the next period.
     let mut in_use = 0u32;
     {
-        let mut s = SCHED.lock.lock();
-        for (c, l) in s.gfree.iter_mut().enumerate() {
+        let mut s = GFREE.lock();
+        for (c, l) in s.l.iter_mut().enumerate() {
             if l.pops != l.pops_seen {
                 // Spawns took stacks from this pool since the last look:
                 // it is in use, and releasing its pages would make each
@@ -1827,9 +1844,9 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
     if !batch.is_empty() && crate::trace::on() {
         crate::trace::scavenge(batch.len());
     }
-    let mut s = SCHED.lock.lock();
+    let mut s = GFREE.lock();
     for (c, gp) in batch {
-        let l = &mut s.gfree[c];
+        let l = &mut s.l[c];
         // SAFETY: ours until listed.
         unsafe { (*gp).schedlink.set(l.cold) };
         l.cold = gp;
@@ -1838,12 +1855,11 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
     }
     // More to do now: hot stacks in a class not in use. Hot stacks in a
     // class in use wait for the next period (GFREE_HOT stays set).
-    let more = s
-        .gfree
-        .iter()
-        .enumerate()
-        .any(|(c, l)| !l.hot.is_null() && in_use & (1 << c) == 0);
-    GFREE_HOT.store(s.gfree.iter().any(|l| !l.hot.is_null()), Ordering::Relaxed);
+    let more =
+        s.l.iter()
+            .enumerate()
+            .any(|(c, l)| !l.hot.is_null() && in_use & (1 << c) == 0);
+    GFREE_HOT.store(s.l.iter().any(|l| !l.hot.is_null()), Ordering::Relaxed);
     more
 }
 
