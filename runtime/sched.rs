@@ -1365,7 +1365,15 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
                 (poll_until - now).max(0)
             };
             let mut list = Vec::new();
+            // At most one M blocks here: the lastpoll swap above elects it
+            // (Go's invariant; a second poller would sleep past the break
+            // meant for the first). Checked, not assumed: SeqCst RMWs on
+            // the idle path, just before a system call.
+            if NETPOLL_BLOCKED.fetch_add(1, Ordering::SeqCst) != 0 {
+                crate::throw::throw("findrunnable: two Ms blocked in netpoll");
+            }
             netpoll::netpoll(delay, &mut list);
+            NETPOLL_BLOCKED.fetch_sub(1, Ordering::SeqCst);
             SCHED.poll_until.store(0, Ordering::SeqCst);
             SCHED.lastpoll.store(os::nanotime(), Ordering::SeqCst);
             let p2 = SCHED.lock.lock().pidleget();
@@ -1394,6 +1402,9 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
         stopm(m);
     }
 }
+
+/// Ms blocked in netpoll in find_runnable: 0 or 1 (checked there).
+static NETPOLL_BLOCKED: AtomicI32 = AtomicI32::new(0);
 
 /// Go's stealWork: up to STEAL_TRIES rounds over all Ps in random order;
 /// the last round also runs their timers and may take their runnext.
