@@ -177,6 +177,14 @@ pub struct Config {
     /// (tests/proc.rs runs its wake-up tests in child processes with it).
     #[doc(hidden)]
     pub sysmon_rescue: bool,
+    /// Test knob, not API: `GODEBUG=gorofindrunnabledelay=N` makes an M
+    /// that found no work wait N µs after choosing its netpoll deadline and
+    /// before electing itself the poller, widening the window in which a
+    /// timer added meanwhile must be caught by a poller break
+    /// (tests/proc.rs `poller_break_for_later_timer_no_rescue`). 0 (the
+    /// default): off.
+    #[doc(hidden)]
+    pub findrunnable_delay_us: u64,
 }
 
 impl Default for Config {
@@ -194,6 +202,7 @@ impl Default for Config {
             deadlock_detection: true,
             dump_on_sigquit: false,
             sysmon_rescue: true,
+            findrunnable_delay_us: 0,
         }
     }
 }
@@ -237,6 +246,7 @@ impl Config {
                     "gorodetect" => c.detect_blocking = val != "0",
                     "gorodeadlock" => c.deadlock_detection = val != "0",
                     "gorosysmonrescue" => c.sysmon_rescue = val != "0",
+                    "gorofindrunnabledelay" => c.findrunnable_delay_us = val.parse().unwrap_or(0),
                     "gorotimeslice" => {
                         if let Ok(us) = val.parse::<u64>() {
                             c.time_slice = std::time::Duration::from_micros(us);
@@ -413,6 +423,10 @@ pub fn start(config: Config) -> Result<(), Error> {
         return Err(Error::AlreadyRunning);
     }
     SYSMON_RESCUE.store(config.sysmon_rescue, std::sync::atomic::Ordering::Relaxed);
+    sched::FINDRUNNABLE_DELAY_US.store(
+        config.findrunnable_delay_us,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     sched::start(&config).map_err(Error::Io)?;
     Ok(())
 }
@@ -723,6 +737,12 @@ pub mod __private {
         } else {
             0
         }
+    }
+
+    /// How many times an M has entered the `gorofindrunnabledelay` wait
+    /// (test hook: a test waits for it to know an M is inside the window).
+    pub fn findrunnable_delays() -> u64 {
+        crate::sched::FINDRUNNABLE_DELAYS.load(core::sync::atomic::Ordering::SeqCst)
     }
 
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the

@@ -1351,6 +1351,16 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
             poll_until = check_timers_no_p(poll_until);
         }
 
+        // Test knob (GODEBUG=gorofindrunnabledelay): hold this M between
+        // choosing its deadline and electing itself the poller. Relaxed:
+        // written once before any M starts.
+        let delay_us = FINDRUNNABLE_DELAY_US.load(Ordering::Relaxed);
+        if delay_us != 0 {
+            // SeqCst: a test that sees the count knows this M is inside.
+            FINDRUNNABLE_DELAYS.fetch_add(1, Ordering::SeqCst);
+            os::usleep(delay_us);
+        }
+
         // Block in netpoll until the next timer (forever if none while
         // goroutines wait on sockets), if nobody else is.
         let net = netpoll::has_waiters();
@@ -1402,6 +1412,12 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
         stopm(m);
     }
 }
+
+/// `Config::findrunnable_delay_us` (a test knob; 0: off).
+pub(crate) static FINDRUNNABLE_DELAY_US: AtomicU64 = AtomicU64::new(0);
+
+/// Waits taken under that knob (test hook `__private::findrunnable_delays`).
+pub(crate) static FINDRUNNABLE_DELAYS: AtomicU64 = AtomicU64::new(0);
 
 /// Ms blocked in netpoll in find_runnable: 0 or 1 (checked there).
 static NETPOLL_BLOCKED: AtomicI32 = AtomicI32::new(0);

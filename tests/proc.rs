@@ -1038,6 +1038,86 @@ fn timers_of_other_ps_no_rescue() {
     });
 }
 
+/// Go's findRunnable poller break ("the poller sleeps past my timer:
+/// break it"), reached on purpose. An M that found no work picks its
+/// netpoll deadline (an hour-long timer) and then, held by the test knob
+/// `gorofindrunnabledelay`, waits before electing itself the poller. The
+/// test waits until an M is inside that window (the knob's counter), then
+/// sleeps 2 ms: its timer is added while nobody polls yet, so adding it
+/// only wakes an M (wakeNetPoller's other branch). The first M then
+/// blocks in netpoll for the hour; every M that goes idle afterwards with
+/// the 2 ms timer in view finds the poller asleep past it and must break
+/// it. Without those breaks (rescue and preemption off) the sleep never
+/// ends and the child hangs.
+#[test]
+fn poller_break_for_later_timer_no_rescue() {
+    isolated_env(
+        "poller_break_for_later_timer_no_rescue",
+        Some(POLLER_KNOBS),
+        || {
+            run(|| {
+                let _p = procs(2);
+                let far = goro::spawn(|| goro::time::sleep(Duration::from_secs(3600)));
+                common::wait_parked(far.id());
+                poller_break_rounds();
+                // `far` is left asleep: the child process exits.
+            })
+        },
+    );
+}
+
+/// As [`poller_break_for_later_timer_no_rescue`], with the poller asleep
+/// for ever instead of for an hour: no timer at all, only a goroutine
+/// parked reading a socket (the poller's deadline is then 0, "none", which
+/// must count as later than any timer).
+#[test]
+fn poller_break_for_timer_under_indefinite_poll_no_rescue() {
+    isolated_env(
+        "poller_break_for_timer_under_indefinite_poll_no_rescue",
+        Some(POLLER_KNOBS),
+        || {
+            run(|| {
+                use std::io::Read;
+                let _p = procs(2);
+                let (a, _b) = goro::net::UnixStream::pair().unwrap();
+                let reader = goro::spawn(move || {
+                    let mut a = a;
+                    let _ = a.read(&mut [0u8; 1]);
+                });
+                common::wait_parked(reader.id());
+                poller_break_rounds();
+                // The reader is left parked: the child process exits.
+            })
+        },
+    );
+}
+
+/// sysmon's rescues and preemption off, and every M that found no work
+/// held 5 ms between choosing its netpoll deadline and electing itself
+/// the poller.
+const POLLER_KNOBS: &str = "gorosysmonrescue=0,asyncpreemptoff=1,gorofindrunnabledelay=5000";
+
+/// The rounds of the poller-break tests: each adds a 2 ms timer while an
+/// M that chose its deadline without it has not yet become the poller.
+fn poller_break_rounds() {
+    for _ in 0..scale(20) {
+        let before = goro::__private::findrunnable_delays();
+        // Wake an M onto the other P and let it go idle again.
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let _g = goro::spawn(move || d.store(true, SeqCst));
+        while !done.load(SeqCst) {
+            std::hint::spin_loop();
+        }
+        // Spinning, not parking: this P stays busy, so the M
+        // that ran the goroutine is the one entering the window.
+        while goro::__private::findrunnable_delays() == before {
+            std::hint::spin_loop();
+        }
+        goro::time::sleep(Duration::from_millis(2));
+    }
+}
+
 /// TestGoroutineParallelism and TestGoroutineParallelism2 with the rescue
 /// off: every spawned worker must be picked up by a woken M.
 #[test]
