@@ -39,6 +39,26 @@ impl SwitchFrame {
     }
 }
 
+/// Calls `$routine` (goro_switch or goro_mcall, which save only the
+/// registers inline asm cannot name) with the given register inputs,
+/// declaring every other register clobbered: x20-x28, v8-v15 and the
+/// caller-saved set. Expands to an `asm!` call: use inside `unsafe`.
+macro_rules! call_saving_frame {
+    ($routine:path, $($input:tt)*) => {
+        core::arch::asm!(
+            "bl {r}",
+            r = sym $routine,
+            $($input)*,
+            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
+            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
+            lateout("x28") _,
+            lateout("v8") _, lateout("v9") _, lateout("v10") _, lateout("v11") _,
+            lateout("v12") _, lateout("v13") _, lateout("v14") _, lateout("v15") _,
+            clobber_abi("C"),
+        )
+    };
+}
+
 /// Saves the current context into `*save_sp` and resumes the one at
 /// `new_sp` (asm/aarch64.S `goro_switch`), declaring clobbered what the
 /// routine does not save.
@@ -50,20 +70,7 @@ pub(crate) unsafe fn switch_raw(save_sp: *mut usize, new_sp: usize) {
     // SAFETY: the caller guarantees a resumable target; goro_switch
     // preserves x19, x29 and sp and returns when something resumes
     // `save_sp`; every other register it may change is declared here.
-    unsafe {
-        core::arch::asm!(
-            "bl {f}",
-            f = sym super::goro_switch,
-            in("x0") save_sp,
-            in("x1") new_sp,
-            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
-            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
-            lateout("x28") _,
-            lateout("v8") _, lateout("v9") _, lateout("v10") _, lateout("v11") _,
-            lateout("v12") _, lateout("v13") _, lateout("v14") _, lateout("v15") _,
-            clobber_abi("C"),
-        )
-    }
+    unsafe { call_saving_frame!(super::goro_switch, in("x0") save_sp, in("x1") new_sp) }
 }
 
 /// Go's mcall (asm/aarch64.S `goro_mcall`), declaring clobbered what the
@@ -76,19 +83,12 @@ pub(crate) unsafe fn mcall_raw(save_sp: *mut usize, g0_sp: usize, f: super::Mcal
     // SAFETY: as for switch_raw; f runs on g0 and never returns, and the
     // goroutine resumes here through gogo with x19, x29 and sp restored.
     unsafe {
-        core::arch::asm!(
-            "bl {m}",
-            m = sym super::goro_mcall,
+        call_saving_frame!(
+            super::goro_mcall,
             in("x0") save_sp,
             in("x1") g0_sp,
             in("x2") f,
-            in("x3") arg,
-            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
-            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
-            lateout("x28") _,
-            lateout("v8") _, lateout("v9") _, lateout("v10") _, lateout("v11") _,
-            lateout("v12") _, lateout("v13") _, lateout("v14") _, lateout("v15") _,
-            clobber_abi("C"),
+            in("x3") arg
         )
     }
 }

@@ -42,6 +42,22 @@ impl SwitchFrame {
     }
 }
 
+/// Calls `$routine` (goro_switch or goro_mcall, which save only the
+/// registers inline asm cannot name) with the given register inputs,
+/// declaring every other register clobbered: r12-r15 and the
+/// caller-saved set. Expands to an `asm!` call: use inside `unsafe`.
+macro_rules! call_saving_frame {
+    ($routine:path, $($input:tt)*) => {
+        core::arch::asm!(
+            "call {r}",
+            r = sym $routine,
+            $($input)*,
+            lateout("r12") _, lateout("r13") _, lateout("r14") _, lateout("r15") _,
+            clobber_abi("C"),
+        )
+    };
+}
+
 /// Saves the current context into `*save_sp` and resumes the one at
 /// `new_sp` (asm/x86_64.S `goro_switch`), declaring clobbered what the
 /// routine does not save.
@@ -53,16 +69,7 @@ pub(crate) unsafe fn switch_raw(save_sp: *mut usize, new_sp: usize) {
     // SAFETY: the caller guarantees a resumable target; goro_switch
     // preserves rbx, rbp and rsp and returns when something resumes
     // `save_sp`; every other register it may change is declared here.
-    unsafe {
-        core::arch::asm!(
-            "call {f}",
-            f = sym super::goro_switch,
-            in("rdi") save_sp,
-            in("rsi") new_sp,
-            lateout("r12") _, lateout("r13") _, lateout("r14") _, lateout("r15") _,
-            clobber_abi("C"),
-        )
-    }
+    unsafe { call_saving_frame!(super::goro_switch, in("rdi") save_sp, in("rsi") new_sp) }
 }
 
 /// Go's mcall (asm/x86_64.S `goro_mcall`), declaring clobbered what the
@@ -75,15 +82,12 @@ pub(crate) unsafe fn mcall_raw(save_sp: *mut usize, g0_sp: usize, f: super::Mcal
     // SAFETY: as for switch_raw; f runs on g0 and never returns, and the
     // goroutine resumes here through gogo with rbx, rbp and rsp restored.
     unsafe {
-        core::arch::asm!(
-            "call {m}",
-            m = sym super::goro_mcall,
+        call_saving_frame!(
+            super::goro_mcall,
             in("rdi") save_sp,
             in("rsi") g0_sp,
             in("rdx") f,
-            in("rcx") arg,
-            lateout("r12") _, lateout("r13") _, lateout("r14") _, lateout("r15") _,
-            clobber_abi("C"),
+            in("rcx") arg
         )
     }
 }
