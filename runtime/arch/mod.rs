@@ -152,13 +152,13 @@ pub(crate) unsafe fn init_frame(top: usize, entry: EntryFn, arg: *mut u8) -> usi
 /// whatever `addr` is, and changes no state a program can observe.
 #[inline(always)]
 pub(crate) fn prefetch_write(addr: usize) {
-    // SAFETY: a prefetch has no architectural effect and never faults.
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch has no architectural effect and never faults.
     unsafe {
         core::arch::asm!("prefetchw [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
     };
-    // SAFETY: as above.
     #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above.
     unsafe {
         core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) addr, options(nostack, preserves_flags, readonly))
     };
