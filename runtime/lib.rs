@@ -542,10 +542,7 @@ pub fn unlock_os_thread() {
 /// Live goroutines: runnable, running, waiting or in a syscall (Go's
 /// runtime.NumGoroutine).
 pub fn num_goroutine() -> usize {
-    sched::SCHED
-        .ngoroutines
-        .load(std::sync::atomic::Ordering::Relaxed)
-        .max(0) as usize
+    sched::gcount()
 }
 
 /// The current number of Ps (GOMAXPROCS). Starts the runtime if needed.

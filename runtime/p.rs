@@ -3,12 +3,13 @@
 use crate::atomic::{RelaxedPtr, RelaxedU32};
 use crate::g::G;
 use crate::m::M;
+use crate::proc::PacketCache;
 use crate::runq::Local;
 use crate::stack;
 use crate::timer::Timers;
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 
 /// P statuses (Go's _Pidle etc.).
 #[repr(u32)]
@@ -96,6 +97,18 @@ pub(crate) struct P {
     /// Goroutine id cache [goidcache, goidcacheend).
     pub(crate) goidcache: Cell<u64>,
     pub(crate) goidcacheend: Cell<u64>,
+    /// Goroutines created minus goroutines exited on this P (either may
+    /// be negative: a goroutine often exits on another P than its
+    /// spawner's). `num_goroutine` sums these over every P ever created
+    /// and the global count of P-less spawns (Go computes gcount from
+    /// allglen and the free lists; a per-P count likewise keeps spawn and
+    /// exit off a cache line shared by all Ps). Written only by the
+    /// owning M, read racily by anyone: statistics only.
+    pub(crate) ngoroutines: AtomicI64,
+    /// Free JoinHandle packet blocks (Go's p.sudogcache; see proc.rs,
+    /// "Join packet caches"). Kept by a P that procresize destroys (at
+    /// most 2 × 64 blocks of 64 bytes).
+    pub(crate) packetcache: PacketCache,
     /// This P's timers (own lock; any P may run them).
     pub(crate) timers: Timers,
 }
@@ -122,8 +135,19 @@ impl P {
             }),
             goidcache: Cell::new(0),
             goidcacheend: Cell::new(0),
+            ngoroutines: AtomicI64::new(0),
+            packetcache: PacketCache::new(),
             timers: Timers::new(),
         }))
+    }
+
+    /// Adds `d` to this P's goroutine count. Owner M only, so a plain load
+    /// and store suffice (no RMW, no shared line); Relaxed because readers
+    /// only sum a statistic.
+    #[inline]
+    pub(crate) fn ngoroutines_add(&self, d: i64) {
+        let n = self.ngoroutines.load(Ordering::Relaxed);
+        self.ngoroutines.store(n + d, Ordering::Relaxed);
     }
 
     /// Acquire: pairs with the Release of whoever set the status, so a P

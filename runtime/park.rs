@@ -11,7 +11,7 @@
 use crate::arch;
 use crate::g::{GStatus, G};
 use crate::m::{getm, UnlockFn, M};
-use crate::sched::{self, SCHED};
+use crate::sched;
 use crate::waitreason::WaitReason;
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -227,11 +227,12 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
     // a fresh fiber when it is reused.
     unsafe { g.fiber.replace(arch::Fiber::NONE).destroy() };
     g.preempt.store(false, Ordering::Relaxed);
-    SCHED.ngoroutines.fetch_sub(1, Ordering::Relaxed); // statistics only
     let locked = !g.lockedm.replace(core::ptr::null_mut()).is_null();
     g.locked_count.set(0);
     // SAFETY: we hold the M's P.
-    sched::gfput(unsafe { &*m.p.get() }, gp);
+    let pp = unsafe { &*m.p.get() };
+    pp.ngoroutines_add(-1);
+    sched::gfput(pp, gp);
     if m.trace.load(Ordering::Relaxed) {
         crate::trace::slice_end();
     }

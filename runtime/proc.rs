@@ -9,7 +9,6 @@ use core::cell::UnsafeCell;
 use core::marker::PhantomData;
 use core::ptr;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// Closures larger than this are boxed instead of copied to the stack top.
 const MAX_INLINE_CLOSURE: usize = 1024;
@@ -128,7 +127,11 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     // SAFETY: the G is ours until queued below.
     unsafe { *g.name.get() = name };
     g.param.store(0, Ordering::Relaxed);
-    SCHED.ngoroutines.fetch_add(1, Ordering::Relaxed); // statistics only
+    match p {
+        Some(p) => p.ngoroutines_add(1),
+        // Relaxed: statistics only (see `sched::gcount`).
+        None => drop(SCHED.ngoroutines.fetch_add(1, Ordering::Relaxed)),
+    }
     g.cas_status(GStatus::Dead, GStatus::Runnable);
     match p {
         Some(p) => {
@@ -215,8 +218,11 @@ const PENDING: usize = 0;
 const DONE: usize = 1;
 
 /// Result slot shared by a goroutine and its JoinHandle. `state` is
-/// PENDING, DONE, or a pointer to the joiner's `Waiter` (parked).
+/// PENDING, DONE, or a pointer to the joiner's `Waiter` (parked). Owned
+/// by two [`PacketRef`]s (the goroutine's and the handle's); `refs`
+/// counts them, as an `Arc`'s strong count would.
 struct Packet<T> {
+    refs: AtomicUsize,
     state: AtomicUsize,
     result: UnsafeCell<Option<std::thread::Result<T>>>,
 }
@@ -258,13 +264,272 @@ impl<T> Packet<T> {
             None => crate::throw::throw("join: result taken twice"),
         }
     }
+
+    /// Whether a `Packet<T>` fits a pooled block.
+    const POOLED: bool = core::mem::size_of::<Packet<T>>() <= PACKET_BLOCK_SIZE
+        && core::mem::align_of::<Packet<T>>() <= PACKET_BLOCK_ALIGN;
+
+    /// A new packet with two owners: the goroutine's and the handle's.
+    /// From the P's packet cache when it fits a block, else from the
+    /// global allocator. Aborts (`handle_alloc_error`) if memory is out,
+    /// as `Arc::new` would.
+    fn new_pair() -> (PacketRef<T>, PacketRef<T>) {
+        let raw = if Self::POOLED {
+            acquire_packet_block()
+        } else {
+            // SAFETY: Packet<T> has a non-zero size (two atomics).
+            unsafe { std::alloc::alloc(std::alloc::Layout::new::<Packet<T>>()) }
+        };
+        let Some(ptr) = ptr::NonNull::new(raw.cast::<Packet<T>>()) else {
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<Packet<T>>())
+        };
+        // SAFETY: fresh memory, sized and aligned for Packet<T>.
+        unsafe {
+            ptr.as_ptr().write(Packet {
+                refs: AtomicUsize::new(2),
+                state: AtomicUsize::new(PENDING),
+                result: UnsafeCell::new(None),
+            })
+        };
+        (PacketRef { ptr }, PacketRef { ptr })
+    }
+}
+
+/// One owner's reference to a [`Packet`] (an `Arc` of exactly two owners
+/// whose memory comes from the packet caches).
+struct PacketRef<T> {
+    ptr: ptr::NonNull<Packet<T>>,
+}
+
+// SAFETY: as Arc<Packet<T>>: the packet is Sync for T: Send, and the last
+// owner, on whichever thread, drops the T it may hold (T: Send).
+unsafe impl<T: Send> Send for PacketRef<T> {}
+// SAFETY: as above; &PacketRef only reads through &Packet.
+unsafe impl<T: Send> Sync for PacketRef<T> {}
+
+impl<T> core::ops::Deref for PacketRef<T> {
+    type Target = Packet<T>;
+    #[inline]
+    fn deref(&self) -> &Packet<T> {
+        // SAFETY: the packet lives while any PacketRef to it does.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<T> Drop for PacketRef<T> {
+    fn drop(&mut self) {
+        // Release: this owner's uses of the packet happen before the
+        // other owner frees it (Arc's protocol).
+        if self.refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Acquire: pairs with the other owner's Release decrement.
+        core::sync::atomic::fence(Ordering::Acquire);
+        let p = self.ptr.as_ptr();
+        // SAFETY: the last owner; nobody else can reach the packet.
+        unsafe { ptr::drop_in_place(p) };
+        if Packet::<T>::POOLED {
+            release_packet_block(p.cast());
+        } else {
+            // SAFETY: allocated in new_pair with this layout.
+            unsafe { std::alloc::dealloc(p.cast(), std::alloc::Layout::new::<Packet<T>>()) };
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Join packet caches (Go's per-P sudogcache and sched.sudogcache, for
+// the one allocation a spawn makes: its JoinHandle's packet).
+//
+// A spawner's P allocates the packet and the goroutine frees it, often on
+// another P, so glibc's thread caches overflow on one side and run dry on
+// the other, and every packet crossed a malloc arena lock (measured in
+// docs/BENCHMARKS.md, session 16). Packets of up to PACKET_BLOCK_SIZE
+// bytes instead come from fixed-size blocks: each P holds two magazines
+// (intrusive lists) of up to PACKET_MAG blocks, and a depot under its own
+// lock trades full magazines between Ps, one lock per PACKET_MAG
+// packets and no list walks (Bonwick's magazine layer). Plain threads,
+// having no P, use the allocator directly; blocks are allocated with
+// PACKET_LAYOUT either way, so any block may go either way.
+
+/// Size of a pooled packet block in bytes (a `Packet<T>` with `T` of up to
+/// 24 bytes, e.g. `()`, integers, `Vec`, `String`, fits).
+const PACKET_BLOCK_SIZE: usize = 64;
+/// Alignment of a pooled block in bytes.
+const PACKET_BLOCK_ALIGN: usize = 16;
+/// Blocks per magazine.
+const PACKET_MAG: u32 = 64;
+/// Full magazines the depot keeps (256 KiB of blocks); beyond that a
+/// spilled magazine's blocks go back to the allocator.
+const PACKET_DEPOT_MAX: usize = 64;
+
+const PACKET_LAYOUT: std::alloc::Layout =
+    match std::alloc::Layout::from_size_align(PACKET_BLOCK_SIZE, PACKET_BLOCK_ALIGN) {
+        Ok(l) => l,
+        Err(_) => panic!("bad packet layout"),
+    };
+
+/// A free block: the next block of its magazine, and (in the depot, on a
+/// magazine's first block) the next magazine.
+#[repr(C)]
+struct FreeBlock {
+    next: *mut FreeBlock,
+    next_mag: *mut FreeBlock,
+}
+
+/// An intrusive list of free blocks and its length.
+#[derive(Clone, Copy)]
+struct Mag {
+    head: *mut FreeBlock,
+    n: u32,
+}
+
+impl Mag {
+    const EMPTY: Mag = Mag {
+        head: ptr::null_mut(),
+        n: 0,
+    };
+}
+
+/// A P's packet cache: the loaded magazine, which allocations pop and
+/// frees push, and the previous one, full or empty. Owner M only.
+pub(crate) struct PacketCache {
+    loaded: core::cell::Cell<Mag>,
+    prev: core::cell::Cell<Mag>,
+}
+
+impl PacketCache {
+    pub(crate) const fn new() -> PacketCache {
+        PacketCache {
+            loaded: core::cell::Cell::new(Mag::EMPTY),
+            prev: core::cell::Cell::new(Mag::EMPTY),
+        }
+    }
+}
+
+/// Full magazines, linked through their first blocks' `next_mag`.
+struct Depot {
+    head: *mut FreeBlock,
+    n: usize,
+}
+
+// SAFETY: the blocks are reachable only through PACKET_DEPOT's lock.
+unsafe impl Send for Depot {}
+
+static PACKET_DEPOT: parking_lot::Mutex<Depot> = parking_lot::Mutex::new(Depot {
+    head: ptr::null_mut(),
+    n: 0,
+});
+
+/// Mirror of the depot's length, written under its lock; read without it
+/// (Relaxed: a stale value costs one empty lock round or one malloc).
+static PACKET_DEPOT_N: AtomicUsize = AtomicUsize::new(0);
+
+/// Go's acquireSudog, for a packet block: from this P's magazines, a
+/// full magazine from the depot, or the allocator (null if memory is out).
+fn acquire_packet_block() -> *mut u8 {
+    let (mp, pp) = park::acquirem_p();
+    let _ml = crate::m::MLock::of(mp);
+    if pp.is_null() {
+        // SAFETY: PACKET_LAYOUT has a non-zero size.
+        return unsafe { std::alloc::alloc(PACKET_LAYOUT) };
+    }
+    // SAFETY: the P is held by this M for the section.
+    let c = unsafe { &(*pp).packetcache };
+    let mut m = c.loaded.get();
+    if m.n == 0 {
+        let prev = c.prev.get();
+        if prev.n > 0 {
+            c.prev.set(m);
+            m = prev;
+        } else if PACKET_DEPOT_N.load(Ordering::Relaxed) > 0 {
+            let mut d = PACKET_DEPOT.lock();
+            if !d.head.is_null() {
+                m = Mag {
+                    head: d.head,
+                    n: PACKET_MAG,
+                };
+                // SAFETY: a full magazine's first block, owned under the lock.
+                d.head = unsafe { (*m.head).next_mag };
+                d.n -= 1;
+                PACKET_DEPOT_N.store(d.n, Ordering::Relaxed);
+            }
+        }
+        if m.n == 0 {
+            // SAFETY: PACKET_LAYOUT has a non-zero size.
+            return unsafe { std::alloc::alloc(PACKET_LAYOUT) };
+        }
+    }
+    let b = m.head;
+    // SAFETY: b heads our magazine: a free block only this P reaches.
+    m.head = unsafe { (*b).next };
+    m.n -= 1;
+    c.loaded.set(m);
+    // The next packet's line, probably last written by the P that freed
+    // it: fetch it a whole spawn ahead (a no-op on null).
+    crate::arch::prefetch_write(m.head as usize);
+    b.cast()
+}
+
+/// Go's releaseSudog, for a packet block: onto this P's loaded magazine;
+/// a full one swaps with an empty previous one or goes to the depot (or,
+/// the depot full, back to the allocator).
+fn release_packet_block(b: *mut u8) {
+    let (mp, pp) = park::acquirem_p();
+    let _ml = crate::m::MLock::of(mp);
+    if pp.is_null() {
+        // SAFETY: allocated with PACKET_LAYOUT (pooled or not).
+        return unsafe { std::alloc::dealloc(b, PACKET_LAYOUT) };
+    }
+    // SAFETY: the P is held by this M for the section.
+    let c = unsafe { &(*pp).packetcache };
+    let mut m = c.loaded.get();
+    if m.n == PACKET_MAG {
+        let prev = c.prev.get();
+        c.prev.set(m);
+        m = Mag::EMPTY;
+        if prev.n > 0 {
+            spill_packet_mag(prev);
+        }
+    }
+    let b = b.cast::<FreeBlock>();
+    // SAFETY: the block is dead and ours; PACKET_BLOCK_SIZE holds a FreeBlock.
+    unsafe { (*b).next = m.head };
+    m.head = b;
+    m.n += 1;
+    c.loaded.set(m);
+}
+
+/// Moves magazine `m` to the depot if it is full and the depot has room,
+/// else frees its blocks.
+#[cold]
+fn spill_packet_mag(m: Mag) {
+    if m.n == PACKET_MAG {
+        let mut d = PACKET_DEPOT.lock();
+        if d.n < PACKET_DEPOT_MAX {
+            // SAFETY: our magazine's first block.
+            unsafe { (*m.head).next_mag = d.head };
+            d.head = m.head;
+            d.n += 1;
+            PACKET_DEPOT_N.store(d.n, Ordering::Relaxed);
+            return;
+        }
+    }
+    let mut b = m.head;
+    while !b.is_null() {
+        // SAFETY: a free block of our magazine.
+        let next = unsafe { (*b).next };
+        // SAFETY: allocated with PACKET_LAYOUT.
+        unsafe { std::alloc::dealloc(b.cast(), PACKET_LAYOUT) };
+        b = next;
+    }
 }
 
 fn join_commit(_gp: *mut G, arg: *mut u8) -> bool {
     // SAFETY: arg is (&AtomicUsize state, &Waiter) on the parked G's stack.
     let (state, w) = unsafe { *(arg as *const (*const AtomicUsize, *const Waiter)) };
     // AcqRel: Release publishes the waiter; failing means DONE: resume.
-    // SAFETY: state points into the Packet the joiner holds an Arc to.
+    // SAFETY: state points into the Packet the joiner holds a PacketRef to.
     unsafe { &*state }
         .compare_exchange(PENDING, w as usize, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
@@ -273,7 +538,7 @@ fn join_commit(_gp: *mut G, arg: *mut u8) -> bool {
 /// An owned permission to join a goroutine (like `std::thread::JoinHandle`).
 /// Dropping it detaches the goroutine.
 pub struct JoinHandle<T> {
-    packet: Arc<Packet<T>>,
+    packet: PacketRef<T>,
     id: u64,
     /// `fn() -> T`, not `T`: the handle only ever yields a T, so it is
     /// `Send + Sync` for any `T: Send` (like std's), not only `T: Sync`.
@@ -347,11 +612,7 @@ where
     T: Send + 'static,
 {
     install_panic_hook();
-    let packet = Arc::new(Packet {
-        state: AtomicUsize::new(PENDING),
-        result: UnsafeCell::new(None),
-    });
-    let their = packet.clone();
+    let (packet, their) = Packet::new_pair();
     let id = newproc(
         move || {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));

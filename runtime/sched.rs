@@ -186,7 +186,8 @@ pub(crate) struct Sched {
     pub(crate) poll_until: AtomicI64,
     /// Goroutine id generator (batches go to Ps).
     goidgen: AtomicU64,
-    /// Live goroutines (runnable, running, waiting, syscall).
+    /// Goroutines spawned from plain threads (no P); the rest are counted
+    /// per P (`P::ngoroutines`, summed by `gcount`).
     pub(crate) ngoroutines: AtomicI64,
     /// Live Ms (threads running or able to run goroutines): +1 in newm,
     /// -1 in mexit (Go's mcount()).
@@ -445,6 +446,26 @@ pub(crate) fn next_goid(pp: Option<&P>) -> u64 {
     }
 }
 
+/// Go's gcount: live goroutines, the P-less spawns' global count plus
+/// every P's (`P::ngoroutines`; destroyed Ps keep theirs, Ps are never
+/// freed). Racy, as Go's is: a goroutine spawned on one P and exited on
+/// another may be counted by one side only while the other's write is
+/// in flight; clamped at 0.
+pub(crate) fn gcount() -> usize {
+    // Relaxed throughout: a statistic, no other memory is read through it.
+    let mut n = SCHED.ngoroutines.load(Ordering::Relaxed);
+    for slot in ALLP.iter() {
+        let pp = slot.load(Ordering::Acquire);
+        if pp.is_null() {
+            break;
+        }
+        // SAFETY: Ps are never freed; Acquire pairs with procresize's
+        // Release that published this one.
+        n += unsafe { &*pp }.ngoroutines.load(Ordering::Relaxed);
+    }
+    n.max(0) as usize
+}
+
 /// Go's gfput: put a dead G on `pp`'s free list of its stack's size class
 /// (Go keys stacks by size in stackpool/stackLarge; goro keeps them with
 /// their G); spill half to the global list of that class when the P holds
@@ -550,8 +571,13 @@ pub(crate) fn gfget(pp: &P, c: usize) -> *mut G {
         return gp;
     }
     // SAFETY: gp is on our free list.
-    l.head.set(unsafe { (*gp).schedlink.get() });
+    let next = unsafe { (*gp).schedlink.get() };
+    l.head.set(next);
     l.n.set(l.n.get() - 1);
+    // The next spawn will write that G; its line often sits in the cache
+    // of the P that freed it. Fetch it now, a whole spawn ahead, instead
+    // of in series then (a no-op on null).
+    crate::arch::prefetch_write(next as usize);
     gp
 }
 
@@ -1794,7 +1820,7 @@ pub(crate) fn snapshot() -> crate::Stats {
         idle_threads: nmidle,
         global_runq: runq,
         local_runq: (0..procs).map(|i| allp(i).runq.len()).collect(),
-        goroutines: SCHED.ngoroutines.load(Ordering::Relaxed).max(0) as usize,
+        goroutines: gcount(),
         preemptions: crate::sysmon::PREEMPTIONS.load(Ordering::Relaxed),
         preemptions_async: crate::preempt::PREEMPTIONS_ASYNC.load(Ordering::Relaxed),
         retakes_detected: crate::preempt::RETAKES_DETECTED.load(Ordering::Relaxed),

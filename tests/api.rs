@@ -301,6 +301,97 @@ fn builder_name_and_stack_size() {
     assert_eq!(h.join().unwrap(), 3);
 }
 
+/// JoinHandle packets come from per-P magazines traded through a depot
+/// when they fit a 64-byte block, and from the allocator when not. Many
+/// goroutines per size, joined from other goroutines (so packets are
+/// freed on other Ps than their spawners') or dropped unjoined before and
+/// after the goroutine ends: every result arrives intact (a block reused
+/// while live would corrupt one) and every result is dropped exactly once.
+#[test]
+fn join_packets_pooled_and_unpooled() {
+    let _w = common::watchdog();
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    #[repr(align(32))]
+    struct Aligned32(u64);
+    struct Counted2(Arc<AtomicUsize>, u64, [u64; 2]);
+    impl Drop for Counted2 {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+    let n = scale(10_000) as u64;
+    run(move || {
+        // Pooled (fits 64 bytes): (), u64, [u64; 3].
+        let hs: Vec<_> = (0..n)
+            .map(|i| goro::spawn(move || [i, i + 1, i + 2]))
+            .collect();
+        let checker = goro::spawn(move || {
+            for (i, h) in (0..).zip(hs) {
+                assert_eq!(h.join().unwrap(), [i, i + 1, i + 2]);
+            }
+        });
+        checker.join().unwrap();
+        let hs: Vec<_> = (0..n).map(|_| goro::spawn(|| ())).collect();
+        for h in hs.into_iter().rev() {
+            h.join().unwrap();
+        }
+        // Unpooled: too big, and over-aligned.
+        let hs: Vec<_> = (0..n / 4).map(|i| goro::spawn(move || [i; 16])).collect();
+        for (i, h) in (0..).zip(hs) {
+            assert_eq!(h.join().unwrap(), [i; 16]);
+        }
+        let hs: Vec<_> = (0..n / 4)
+            .map(|i| goro::spawn(move || Aligned32(i)))
+            .collect();
+        for (i, h) in (0..).zip(hs) {
+            assert_eq!(h.join().unwrap(), Aligned32(i));
+        }
+        // Drops: joined, dropped unjoined while the goroutine may still
+        // run (the goroutine frees the packet), and dropped after it ended
+        // (the handle frees it), panicked ones included.
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (tx, rx) = chan::<()>(0);
+        let mut joined = 0u64;
+        let mut hs = Vec::new();
+        for i in 0..n {
+            let d = drops.clone();
+            let rx = rx.clone();
+            let h = goro::spawn(move || {
+                if i % 3 == 1 {
+                    let _ = rx.recv(); // ends when tx is dropped
+                }
+                if i % 701 == 0 {
+                    panic!("planned"); // a few: each report is printed
+                }
+                Counted2(d, i, [i; 2])
+            });
+            match i % 3 {
+                0 => hs.push(h),
+                _ => drop(h),
+            }
+        }
+        drop(rx);
+        drop(tx); // the i % 3 == 1 goroutines end now, their handles gone
+        for h in hs {
+            match h.join() {
+                Ok(c) => {
+                    assert_eq!((c.2[0], c.2[1]), (c.1, c.1));
+                    joined += 1;
+                }
+                Err(p) => assert_eq!(panic_message(&*p), "planned"),
+            }
+        }
+        let produced = (0..n).filter(|i| i % 701 != 0).count();
+        // The unjoined ones are dropped by their goroutines or handles, all
+        // of which have run or been dropped once their goroutines ended.
+        while goro::num_goroutine() > 1 {
+            let_others_run();
+        }
+        assert!(joined > 0);
+        assert_eq!(drops.load(SeqCst), produced);
+    });
+}
+
 /// Handles can be moved to and joined from other goroutines and plain threads.
 #[test]
 fn join_from_other_goroutine_and_thread() {
