@@ -60,6 +60,11 @@ done
 notes=()
 note() { notes+=("$*"); }
 
+median() { # values... -> median (or empty)
+    [ $# -eq 0 ] && return
+    printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2 }'
+}
+
 # ------------------------------------------------------------- http -------
 # `compare.sh http`: the same minimal HTTP/1.1 keep-alive server (one
 # goroutine/task per connection, fixed 13-byte body) in Go (net.Listener,
@@ -67,7 +72,9 @@ note() { notes+=("$*"); }
 # (peers' http_server), each with 2 Ps/workers, driven by
 # `wrk -t2 -c100` and `-c1000` for HTTP_DURATION (default 10s). Reports
 # requests/s and wrk's p99 latency. Separate from the default table.
-#   HTTP_DURATION=5s HTTP_IMPLS="go goro tokio may" HTTP_CONNS="100 1000"
+#   HTTP_DURATION=5s HTTP_IMPLS="go goro tokio may" HTTP_CONNS="100 1000" HTTP_REPEAT=3
+# HTTP_REPEAT rounds (default 3) alternate the servers; the table shows
+# medians and a goro/peer req/s ratio (> 1: goro serves more).
 http_bench() {
     local dur=${HTTP_DURATION:-10s} impls=${HTTP_IMPLS:-"go goro tokio may"}
     local conns=${HTTP_CONNS:-"100 1000"} root
@@ -85,7 +92,11 @@ http_bench() {
     (cd "$HERE/go/http_hello" && GO111MODULE=off GOFLAGS= go build -o "$go_bin" http_hello.go) \
         >>"$BUILDLOG" 2>&1 || note "go: http_hello did not build (see $BUILDLOG)"
     declare -A RPS P99
-    local port=18480 i c
+    local port=18480 i c r rounds=${HTTP_REPEAT:-3}
+    # Rounds alternate the servers (go goro tokio may, go goro ...), so
+    # a slow spell of this shared machine hits every server alike; the
+    # table gives the median of the rounds.
+    for r in $(seq 1 "$rounds"); do
     for i in $impls; do
         local cmd=()
         case $i in
@@ -109,36 +120,60 @@ http_bench() {
             continue
         fi
         for c in $conns; do
-            echo "  [http] $i -c$c -d$dur" >&2
+            echo "  [http] round $r/$rounds $i -c$c -d$dur" >&2
             local w
             w=$(wrk -t2 -c"$c" -d"$dur" --latency "http://127.0.0.1:$port/" 2>&1)
-            echo "== $i c=$c" >>"$RESULTS"
+            echo "== $i c=$c round $r" >>"$RESULTS"
             echo "$w" >>"$RESULTS"
-            RPS[$i/$c]=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' <<<"$w")
-            P99[$i/$c]=$(awk '$1 == "99%" {print $2}' <<<"$w")
+            RPS[$i/$c]+=" $(awk '/^Requests\/sec/ {printf "%.0f", $2}' <<<"$w")"
+            # p99 in ms whatever unit wrk chose (us, ms, s).
+            P99[$i/$c]+=" $(awk '$1 == "99%" {v = $2 + 0; u = $2; sub(/^[0-9.]+/, "", u);
+                if (u == "us") v /= 1000; else if (u == "s") v *= 1000; printf "%.2f", v}' <<<"$w")"
             local errs
             errs=$(grep -E 'Socket errors|Non-2xx' <<<"$w" | tr -s ' ' | tr '\n' ' ')
-            [ -n "$errs" ] && note "$i -c$c: $errs"
+            [ -n "$errs" ] && note "$i -c$c round $r: $errs"
         done
         kill $pid 2>/dev/null
         wait $pid 2>/dev/null
     done
+    done
     echo
-    echo "### HTTP/1.1 keep-alive hello server, wrk -t2 -d$dur, 2 Ps/workers ($(nproc) CPUs, $(go version 2>/dev/null | awk '{print $3}'))"
+    echo "### HTTP/1.1 keep-alive hello server, wrk -t2 -d$dur, 2 Ps/workers, median of $rounds alternating rounds ($(nproc) CPUs, $(go version 2>/dev/null | awk '{print $3}'))"
     echo
     local head="| impl |" rule="|---|"
     for c in $conns; do
-        head+=" req/s c=$c | p99 c=$c |"
+        head+=" req/s c=$c | p99 ms c=$c |"
         rule+="---:|---:|"
+    done
+    [ "$impls" != "${impls/goro/}" ] && for c in $conns; do
+        head+=" goro/peer req/s c=$c |"
+        rule+="---|"
     done
     echo "$head"
     echo "$rule"
+    local k
+    declare -A MRPS
+    for k in "${!RPS[@]}"; do MRPS[$k]=$(median ${RPS[$k]}); done
     for i in $impls; do
         local row="| $i |"
         for c in $conns; do
-            row+=" ${RPS[$i/$c]:-n/a} | ${P99[$i/$c]:-n/a} |"
+            row+=" ${MRPS[$i/$c]:-n/a} | $(median ${P99[$i/$c]:-}) |"
+        done
+        for c in $conns; do
+            if [ "$i" != goro ] && [ -n "${MRPS[$i/$c]:-}" ] && [ -n "${MRPS[goro/$c]:-}" ]; then
+                row+=" $(awk -v a="${MRPS[goro/$c]}" -v b="${MRPS[$i/$c]}" 'BEGIN {printf "%.2f", a / b}') |"
+            else
+                row+=" |"
+            fi
         done
         echo "$row"
+    done
+    echo
+    echo "Each round's req/s and p99 (ms):"
+    for i in $impls; do
+        for c in $conns; do
+            echo "- $i c=$c: req/s${RPS[$i/$c]:- n/a}; p99${P99[$i/$c]:- n/a}"
+        done
     done
     echo
     echo "wrk output: $RESULTS"
@@ -301,11 +336,6 @@ run_one() { # workload impl -> appends to VALS / NA
     last=$(grep -v '^note: ' "$errf" | grep -v '^\s*$' | tail -n 2 | tr '\n' ' ' | cut -c1-240)
     NA[$w/$i]="$why: $last"
     echo "RESULT $w $i n/a $why: $last" >>"$RESULTS"
-}
-
-median() { # values... -> median (or empty)
-    [ $# -eq 0 ] && return
-    printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2 }'
 }
 
 start=$(date +%s)
