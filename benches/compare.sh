@@ -40,7 +40,7 @@ BUILDLOG=$TARGET/compare-build.log
 
 SYNC_WORKLOADS="mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone"
 PREEMPT_WORKLOADS="syscall preempt blocking blocking_guarded preempt_overhead"
-ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss burst trace $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
+ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss burst idle trace $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
 # Optional (not in the default list): goro::net vs Go's net, goro and go
 # only. echo10k: NET_CONNS connections to an echo server, N round trips of
 # 32 bytes each, value round trips/s; idleconn: N connections each held by
@@ -253,6 +253,7 @@ n_for() { # workload impl -> N
         blocking | blocking_guarded) n=10 ;; # 8 goroutines x N x 50 ms
         preempt_overhead) n=2000000000 ;;  # xorshift steps shared by 8 goroutines
         burst) n=50000 ;;          # goroutines x ~33 KiB of stack, then 15 s idle
+        idle) n=100 ;;             # parked goroutines; switches/s over 2 s of idleness
         trace) n=1000000 ;;        # thread-ring hops, tracing off then on
         echo10k) n=10 ;;           # round trips per connection (NET_CONNS connections)
         idleconn) n=10000 ;;       # connections
@@ -281,6 +282,7 @@ applicable() { # impl workload
     case $1/$2 in
         go/echo10k | goro/echo10k | go/idleconn | goro/idleconn) return 0 ;;
         */echo10k | */idleconn) return 1 ;; # goro::net vs Go's net only
+        std/idle) return 1 ;; # threads parked in the kernel: nothing to compare
         corosensei/switch | corosensei/yield) return 0 ;;
         corosensei/*) return 1 ;;
         goro_std/mutex* | goro_pl/mutex*) return 0 ;;
@@ -420,6 +422,7 @@ for w in $WORKLOADS; do
     case $w in
         rss) unit="bytes/G" ;;
         burst) unit="% of burst RSS kept 15 s after" ;;
+        idle) unit="context switches/s, idle" ;;
         trace) unit="thread ring, trace on/off" ;;
         echo10k) unit="round trips/s (higher is better)" ;;
         idleconn) unit="KiB/conn (RSS+PTE)" ;;

@@ -60,6 +60,8 @@ func defaultN(w string) int {
 		return 2000000000
 	case "burst":
 		return 50000
+	case "idle":
+		return 100
 	case "trace":
 		return 1000000
 	case "echo10k":
@@ -292,6 +294,47 @@ func vmRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// ctxSwitches: voluntary + involuntary context switches of every thread.
+func ctxSwitches() int64 {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "voluntary_ctxt_switches:") || strings.HasPrefix(line, "nonvoluntary_ctxt_switches:") {
+				v, _ := strconv.ParseInt(strings.TrimSpace(line[strings.Index(line, ":")+1:]), 10, 64)
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// idle: n goroutines parked, main asleep in time.Sleep; context switches
+// of all threads per second over 2 s, after 300 ms to settle.
+func idle(n int) float64 {
+	ch := make(chan struct{})
+	var started int64
+	for i := 0; i < n; i++ {
+		go func() {
+			atomic.AddInt64(&started, 1)
+			<-ch
+		}()
+	}
+	for atomic.LoadInt64(&started) < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	before := ctxSwitches()
+	time.Sleep(2 * time.Second)
+	after := ctxSwitches()
+	close(ch)
+	return float64(after-before) / 2
 }
 
 // rss: n goroutines parked on a receive from one channel; VmRSS delta / n.
@@ -623,6 +666,8 @@ func main() {
 		fmt.Printf("RESULT %s go %.2f unit=ms %s\n", w, blockingSleeps(n), tail)
 	case "preempt_overhead":
 		fmt.Printf("RESULT preempt_overhead go %.2f unit=ms %s\n", preemptOverhead(n), tail)
+	case "idle":
+		fmt.Printf("RESULT idle go %.2f unit=switches/s parked=%d %s\n", idle(n), n, tail)
 	case "burst":
 		pct, before, peak, at5, after := burst(n)
 		fmt.Printf("RESULT burst go %.2f unit=percent_of_growth_kept_15s rss_before_mb=%d rss_peak_mb=%d rss_5s_mb=%d rss_15s_mb=%d %s\n",

@@ -242,6 +242,45 @@ pub fn vm_status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Context switches (voluntary and involuntary) of every thread of this
+/// process so far, from /proc/self/task/*/status (the `idle` workload).
+pub fn ctx_switches() -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for l in s.lines() {
+            if let Some(v) = l
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                n += v.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    n
+}
+
+/// The `idle` workload's shape: `n` tasks parked, the main task asleep
+/// (the runtime's own sleep) for IDLE_SETTLE, then context switches of all
+/// threads are counted over IDLE_WINDOW; value: switches per second.
+pub const IDLE_SETTLE: Duration = Duration::from_millis(300);
+pub const IDLE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The `idle` result from the switch counts around IDLE_WINDOW.
+pub fn idle_out(before: u64, after: u64, n: u64) -> Res {
+    let per_s = after.saturating_sub(before) as f64 / IDLE_WINDOW.as_secs_f64();
+    Ok(Out {
+        value: per_s,
+        extra: Vec::new(),
+    }
+    .with("unit", "switches/s")
+    .with("parked", n))
+}
+
 /// Raises RLIMIT_NOFILE's soft limit to the hard limit (`ulimit -n $(ulimit
 /// -Hn)`; Go 1.19 does the same at startup); returns the new soft limit.
 pub fn raise_nofile() -> u64 {

@@ -28,6 +28,7 @@ pub fn run(w: &Work) -> Res {
         "blocking_guarded" => goro::run_with(config(procs), move || blocking_sleeps(n, true)),
         "preempt_overhead" => preempt_overhead(n, procs),
         "burst" => goro::run_with(config(procs), move || burst(n)),
+        "idle" => goro::run_with(config(procs), move || idle(n)),
         "trace" => goro::run_with(config(procs), move || trace_overhead(n)),
         other => match sync_shape(other) {
             Some(shape) => goro::run_with(config(procs), move || {
@@ -394,6 +395,19 @@ impl ParkedGs {
         }
         self.exited.load(SeqCst)
     }
+}
+
+/// idle: n goroutines parked, main goroutine asleep in goro::time::sleep;
+/// context switches of all threads per second.
+fn idle(n: u64) -> Res {
+    let gs = ParkedGs::spawn(n, || {});
+    gs.wait_started();
+    goro::time::sleep(IDLE_SETTLE);
+    let before = ctx_switches();
+    goro::time::sleep(IDLE_WINDOW);
+    let after = ctx_switches();
+    gs.release(Some(Duration::from_secs(10)));
+    idle_out(before, after, n)
 }
 
 /// n goroutines parked on a receive from one channel; VmRSS delta / n.

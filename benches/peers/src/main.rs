@@ -46,6 +46,7 @@ pub const WORKLOADS: &[&str] = &[
     "blocking_guarded",
     "preempt_overhead",
     "burst",
+    "idle",
     "trace",
     "echo10k",
     "idleconn",
@@ -80,6 +81,7 @@ fn default_n(workload: &str) -> u64 {
         "blocking" | "blocking_guarded" => 10,
         "preempt_overhead" => 2_000_000_000,
         "burst" => 50_000,
+        "idle" => 100, // parked goroutines
         "trace" => 1_000_000,
         "echo10k" => 10,      // round trips per connection (NET_CONNS of them)
         "idleconn" => 10_000, // connections

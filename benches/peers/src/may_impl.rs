@@ -25,6 +25,7 @@ pub fn run(w: &Work) -> Res {
             "threadring" => threadring(n),
             "select2" => select2(n),
             "rss" => rss(n),
+            "idle" => idle(n),
             other => match sync_shape(other) {
                 Some(shape) => mutex_bench(n, procs, shape),
                 None if other == "burst" => {
@@ -272,6 +273,37 @@ fn select2(n: u64) -> Res {
     let d = t.elapsed();
     drop((atx, btx));
     Ok(Out::per_op(d, got.load(Relaxed)).with("from_a", na.load(Relaxed)))
+}
+
+/// idle: n coroutines parked, the main coroutine asleep in
+/// may::coroutine::sleep; context switches of all threads per second.
+fn idle(n: u64) -> Res {
+    let (tx, rx) = mpmc::channel::<()>();
+    let started = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let (rx, started) = (rx.clone(), started.clone());
+        // SAFETY: the closure uses no thread-local storage.
+        let h = unsafe {
+            may::coroutine::spawn(move || {
+                started.fetch_add(1, SeqCst);
+                let _ = rx.recv();
+            })
+        };
+        handles.push(h);
+    }
+    while started.load(SeqCst) < n {
+        may::coroutine::sleep(Duration::from_millis(1));
+    }
+    may::coroutine::sleep(IDLE_SETTLE);
+    let before = ctx_switches();
+    may::coroutine::sleep(IDLE_WINDOW);
+    let after = ctx_switches();
+    drop(tx);
+    for h in handles {
+        let _ = h.join();
+    }
+    idle_out(before, after, n)
 }
 
 fn rss(n: u64) -> Res {

@@ -40,6 +40,7 @@ pub fn run(w: &Work) -> Res {
         "threadring" => Box::pin(threadring(n)),
         "select2" => Box::pin(select2(n)),
         "rss" => Box::pin(rss(n)),
+        "idle" => Box::pin(idle(n)),
         other => match sync_shape(other) {
             Some(shape) => Box::pin(mutex_bench(n, procs, shape)),
             None if other == "burst" => {
@@ -227,6 +228,29 @@ async fn select2(n: u64) -> Res {
     let d = t.elapsed();
     drop((atx, btx));
     Ok(Out::per_op(d, got).with("from_a", na))
+}
+
+/// idle: n tasks parked, the main task asleep in tokio::time::sleep;
+/// context switches of all threads per second.
+async fn idle(n: u64) -> Res {
+    let (tx, rx) = watch::channel(());
+    let started = Arc::new(AtomicU64::new(0));
+    for _ in 0..n {
+        let (mut rx, started) = (rx.clone(), started.clone());
+        tokio::spawn(async move {
+            started.fetch_add(1, SeqCst);
+            let _ = rx.changed().await;
+        });
+    }
+    while started.load(SeqCst) < n {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(IDLE_SETTLE).await;
+    let before = ctx_switches();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let after = ctx_switches();
+    drop(tx);
+    idle_out(before, after, n)
 }
 
 async fn rss(n: u64) -> Res {
