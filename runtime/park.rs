@@ -319,7 +319,31 @@ fn preempt_check_slow(gp: *mut G) {
         crate::trace::preempt(unsafe { (*gp).goid.get() }, false);
         drop(ml);
     }
-    gosched();
+    let mp = crate::m::acquirem();
+    // SAFETY: on a user G (parkable_g above): this thread's M.
+    crate::preempt::pin_if_panicking(unsafe { &*mp }, gp);
+    mcall_locked(gopreempt_m);
+}
+
+/// Go's gopreempt_m: a G preempted at a runtime entry goes to the *global*
+/// queue (as in Go's goschedImpl), behind the work already waiting there,
+/// not to its P's local tail as `yield_now` does. A goroutine that was
+/// preempted for running 10 ms while others waited thus waits for them
+/// in turn: a spawner racing ahead of its consumers (spawn_wait) lets the
+/// backlog drain instead of growing it.
+unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
+    let gp = arg.cast::<G>();
+    // SAFETY: g0 of this M; gp just mcalled and is ours.
+    let (m, g) = unsafe { (&*getm(), &*gp) };
+    mcall_enter(m);
+    g.cas_status(GStatus::Running, GStatus::Runnable);
+    m.curg.set(core::ptr::null_mut());
+    g.m.set(core::ptr::null_mut());
+    sched::SCHED.lock.lock().globrunqput(gp);
+    if m.trace.load(Ordering::Relaxed) {
+        crate::trace::slice_end();
+    }
+    sched::schedule()
 }
 
 /// `Parker::flag` while its thread is blocked in `park` (0: not parked

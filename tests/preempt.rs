@@ -1256,3 +1256,62 @@ fn idle_runtime_sleeps() {
         assert!(per_s < 30, "{per_s} context switches in 1 s of idleness");
     });
 }
+
+/// Go's gopreempt_m: a goroutine preempted at a runtime entry goes to the
+/// global run queue, behind the work already waiting there (Go's
+/// goschedImpl), not to its P's local tail as `yield_now` does. On one P
+/// with async preemption off, a hog loops on a runtime entry (`try_recv`)
+/// while a plain thread queues K goroutines globally; sysmon preempts the
+/// hog at 10 ms, and when the hog next runs all K must have run. With the
+/// local tail the hog resumed first, and saw at most the one that the
+/// 1-in-61 global check let in.
+#[test]
+fn preempted_goroutine_waits_behind_global_queue() {
+    child(
+        "preempted_goroutine_waits_behind_global_queue",
+        &[("GOMAXPROCS", "1"), ("GODEBUG", "asyncpreemptoff=1")],
+        || {
+            const K: usize = 8;
+            goro::run(|| {
+                let ran = Arc::new(AtomicUsize::new(0));
+                let hog_running = Arc::new(AtomicBool::new(false));
+                let queued = Arc::new(AtomicBool::new(false));
+                let (_tx, rx) = goro::chan::<()>(1);
+                let hog = goro::spawn({
+                    let (ran, hog_running, queued) =
+                        (ran.clone(), hog_running.clone(), queued.clone());
+                    move || {
+                        hog_running.store(true, SeqCst);
+                        let deadline = Instant::now() + Duration::from_secs(30);
+                        // Each try_recv is a runtime entry where a
+                        // preemption request is honoured.
+                        while !queued.load(SeqCst) || ran.load(SeqCst) == 0 {
+                            let _ = rx.try_recv();
+                            assert!(Instant::now() < deadline, "hog never preempted");
+                        }
+                        ran.load(SeqCst)
+                    }
+                });
+                let spawner = std::thread::spawn({
+                    let ran = ran.clone();
+                    move || {
+                        while !hog_running.load(SeqCst) {
+                            std::thread::yield_now();
+                        }
+                        // From a plain thread: onto the global queue.
+                        for _ in 0..K {
+                            let ran = ran.clone();
+                            drop(goro::spawn(move || {
+                                ran.fetch_add(1, SeqCst);
+                            }));
+                        }
+                        queued.store(true, SeqCst);
+                    }
+                });
+                let seen = hog.join().unwrap();
+                spawner.join().unwrap();
+                assert_eq!(seen, K, "the preempted hog ran before the global queue");
+            });
+        },
+    );
+}
