@@ -182,15 +182,25 @@ pub(crate) fn gosched() {
 }
 
 unsafe extern "C" fn gosched_m(arg: *mut u8) -> ! {
-    let gp = arg.cast::<G>();
+    gosched_impl(arg.cast::<G>(), false)
+}
+
+/// Go's goschedImpl, on g0: the running G `gp` becomes Runnable and goes
+/// to the global queue if `global`, else to the tail of the M's P's local
+/// queue; then schedule.
+fn gosched_impl(gp: *mut G, global: bool) -> ! {
     // SAFETY: g0 of this M; gp just mcalled and is ours.
     let (m, g) = unsafe { (&*getm(), &*gp) };
     mcall_enter(m);
     g.cas_status(GStatus::Running, GStatus::Runnable);
     m.curg.set(core::ptr::null_mut());
     g.m.set(core::ptr::null_mut());
-    // SAFETY: we hold the M's P.
-    sched::runqput(unsafe { &*m.p.get() }, gp, false);
+    if global {
+        sched::SCHED.lock.lock().globrunqput(gp);
+    } else {
+        // SAFETY: we hold the M's P.
+        sched::runqput(unsafe { &*m.p.get() }, gp, false);
+    }
     if m.trace.load(Ordering::Relaxed) {
         crate::trace::slice_end();
     }
@@ -332,18 +342,7 @@ fn preempt_check_slow(gp: *mut G) {
 /// in turn: a spawner racing ahead of its consumers (spawn_wait) lets the
 /// backlog drain instead of growing it.
 unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
-    let gp = arg.cast::<G>();
-    // SAFETY: g0 of this M; gp just mcalled and is ours.
-    let (m, g) = unsafe { (&*getm(), &*gp) };
-    mcall_enter(m);
-    g.cas_status(GStatus::Running, GStatus::Runnable);
-    m.curg.set(core::ptr::null_mut());
-    g.m.set(core::ptr::null_mut());
-    sched::SCHED.lock.lock().globrunqput(gp);
-    if m.trace.load(Ordering::Relaxed) {
-        crate::trace::slice_end();
-    }
-    sched::schedule()
+    gosched_impl(arg.cast::<G>(), true)
 }
 
 /// `Parker::flag` while its thread is blocked in `park` (0: not parked
