@@ -5,8 +5,8 @@
 #   benches/compare.sh [workload ...]        # default: all workloads
 #   benches/compare.sh mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone
 #   benches/compare.sh http                  # optional: HTTP/1.1 keep-alive servers under wrk
-#   benches/compare.sh net                   # optional: echo10k idleconn (goro vs Go; each can
-#                                            # also be named alone)
+#   benches/compare.sh net                   # optional: echo10k (goro, Go, tokio, may), idleconn
+#                                            # (goro vs Go); each can also be named alone
 #
 # Environment:
 #   REPEAT=5        runs per (workload, impl); the table shows the median
@@ -41,8 +41,8 @@ BUILDLOG=$TARGET/compare-build.log
 SYNC_WORKLOADS="mutex_uncontended mutex mutex_slack mutex_work wg_uncontended wg_adddone"
 PREEMPT_WORKLOADS="syscall preempt blocking blocking_guarded preempt_overhead"
 ALL_WORKLOADS="switch yield spawn spawn_wait chansync prodcons100 threadring select2 rss burst idle trace $SYNC_WORKLOADS $PREEMPT_WORKLOADS"
-# Optional (not in the default list): goro::net vs Go's net, goro and go
-# only. echo10k: NET_CONNS connections to an echo server, N round trips of
+# Optional (not in the default list): goro::net vs Go's net (and, for
+# echo10k, tokio's and may's). echo10k: NET_CONNS connections to an echo server, N round trips of
 # 32 bytes each, value round trips/s; idleconn: N connections each held by
 # a goroutine parked in read, value (VmRSS + VmPTE growth) / N in KiB. Each
 # run is a server process and a client child (10,000 connections in one
@@ -280,8 +280,8 @@ n_for() { # workload impl -> N
 
 applicable() { # impl workload
     case $1/$2 in
-        go/echo10k | goro/echo10k | go/idleconn | goro/idleconn) return 0 ;;
-        */echo10k | */idleconn) return 1 ;; # goro::net vs Go's net only
+        go/echo10k | goro/echo10k | tokio/echo10k | may/echo10k | go/idleconn | goro/idleconn) return 0 ;;
+        */echo10k | */idleconn) return 1 ;; # echo10k: + tokio, may; idleconn: goro::net vs Go's net only
         std/idle) return 1 ;; # threads parked in the kernel: nothing to compare
         corosensei/switch | corosensei/yield) return 0 ;;
         corosensei/*) return 1 ;;

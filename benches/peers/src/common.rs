@@ -309,6 +309,66 @@ pub fn net_conns() -> usize {
 /// Set in the client child of a network workload: the server's address.
 pub const NET_CLIENT_ENV: &str = "PEERS_NET_CLIENT";
 
+/// Re-listens on `fd` with the system's maximum backlog (somaxconn), as Go
+/// and goro::net listen; std (and so may) listens with 128, tokio with
+/// 1024, which the echo10k client's 512 concurrent connects can overflow.
+/// Linux updates the backlog of a listening socket on a second listen.
+pub fn listen_max(fd: std::os::fd::RawFd) {
+    let max = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .unwrap_or(4096);
+    // SAFETY: listen(2) on a descriptor the caller owns and keeps open.
+    unsafe { libc::listen(fd, max) };
+}
+
+/// The echo10k client's report on stdout: `CLIENT <round trips/s> k=v ...`
+/// (or `CLIENT-ERROR` if `bad` echoes differed), read by the server.
+pub fn print_client_line(bad: u64, conns: usize, k: u64, d: Duration, connect_s: f64) -> Res {
+    if bad != 0 {
+        println!("CLIENT-ERROR {bad} echoes differed");
+        return Err("echo mismatch".into());
+    }
+    let trips = conns as u64 * k;
+    println!(
+        "CLIENT {:.0} unit=round_trips/s conns={conns} k={k} secs={:.3} connect_secs={connect_s:.3}",
+        trips as f64 / d.as_secs_f64(),
+        d.as_secs_f64(),
+    );
+    Ok(Out {
+        value: 0.0,
+        extra: Vec::new(),
+    })
+}
+
+/// The value of a finished client child: its `CLIENT` line as an `Out`.
+pub fn parse_client_output(out: &std::process::Output) -> Res {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let Some(line) = text.lines().find(|l| l.starts_with("CLIENT ")) else {
+        return Err(format!("client failed ({}): {}", out.status, text.trim()));
+    };
+    parse_client_line(line)
+}
+
+/// `CLIENT <value> k=v ...` from a client child into an `Out`.
+fn parse_client_line(line: &str) -> Res {
+    let mut it = line.split_whitespace().skip(1);
+    let value: f64 = it
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("bad client line: {line}"))?;
+    let mut out = Out {
+        value,
+        extra: Vec::new(),
+    };
+    for kv in it {
+        if let Some((k, v)) = kv.split_once('=') {
+            out = out.with(k, v);
+        }
+    }
+    Ok(out)
+}
+
 /// The message of round trip `k` on connection `i` of `echo10k` (32
 /// bytes; position- and connection-dependent so crossed streams show).
 pub fn echo_msg(i: usize, k: u64) -> [u8; 32] {

@@ -68,30 +68,7 @@ fn echo_server(k: u64, procs: usize) -> Res {
         .map_err(|e| format!("spawn client: {e}"))?;
     // A client whose server dies fails on its next read (reset) and exits.
     let out = goro::blocking(move || child.wait_with_output()).map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let Some(line) = text.lines().find(|l| l.starts_with("CLIENT ")) else {
-        return Err(format!("client failed ({}): {}", out.status, text.trim()));
-    };
-    parse_client_line(line)
-}
-
-/// `CLIENT <value> k=v ...` from a client child into an `Out`.
-fn parse_client_line(line: &str) -> Res {
-    let mut it = line.split_whitespace().skip(1);
-    let value: f64 = it
-        .next()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| format!("bad client line: {line}"))?;
-    let mut out = Out {
-        value,
-        extra: Vec::new(),
-    };
-    for kv in it {
-        if let Some((k, v)) = kv.split_once('=') {
-            out = out.with(k, v);
-        }
-    }
-    Ok(out)
+    parse_client_output(&out)
 }
 
 /// The echo10k client: `net_conns()` goroutines connect (at most 512
@@ -148,20 +125,7 @@ fn echo_client(addr: &str, k: u64) -> Res {
     drop(start_tx); // closing releases every client
     finished.wait();
     let d = t.elapsed();
-    if bad.load(SeqCst) != 0 {
-        println!("CLIENT-ERROR {} echoes differed", bad.load(SeqCst));
-        return Err("echo mismatch".into());
-    }
-    let trips = conns as u64 * k;
-    println!(
-        "CLIENT {:.0} unit=round_trips/s conns={conns} k={k} secs={:.3} connect_secs={connect_s:.3}",
-        trips as f64 / d.as_secs_f64(),
-        d.as_secs_f64(),
-    );
-    Ok(Out {
-        value: 0.0,
-        extra: Vec::new(),
-    })
+    print_client_line(bad.load(SeqCst), conns, k, d, connect_s)
 }
 
 // ---- idleconn ----

@@ -19,8 +19,10 @@ mod goro_impl;
 #[cfg(feature = "goro")]
 mod goro_net;
 mod may_impl;
+mod may_net;
 mod std_impl;
 mod tokio_impl;
+mod tokio_net;
 
 pub use common::*;
 
@@ -132,8 +134,10 @@ fn main() {
 
     let res: Res = match imp {
         "goro" if NET_WORKLOADS.contains(&workload) => run_goro_net(&w),
+        "tokio" if NET_WORKLOADS.contains(&workload) => tokio_net::run(&w),
+        "may" if NET_WORKLOADS.contains(&workload) => may_net::run(&w),
         _ if NET_WORKLOADS.contains(&workload) => {
-            not_applicable("the network workloads are measured for goro and Go")
+            not_applicable("the network workloads are measured for goro, Go, tokio and may")
         }
         "goro" => run_goro(&w),
         "goro_std" | "goro_pl" => run_goro_foreign(&w, imp),
