@@ -322,6 +322,24 @@ pub fn listen_max(fd: std::os::fd::RawFd) {
     unsafe { libc::listen(fd, max) };
 }
 
+/// This binary as the client child of network workload `name` for
+/// implementation `imp` against `addr` (stdin piped, stderr inherited).
+pub fn net_client_cmd(
+    name: &str,
+    imp: &str,
+    addr: std::net::SocketAddr,
+    n: u64,
+    procs: usize,
+) -> std::process::Command {
+    use std::process::Stdio;
+    let mut c = std::process::Command::new(std::env::current_exe().expect("current_exe"));
+    c.args([name, imp, &n.to_string(), &procs.to_string()])
+        .env(NET_CLIENT_ENV, addr.to_string())
+        .stdin(Stdio::piped())
+        .stderr(Stdio::inherit());
+    c
+}
+
 /// The echo10k client's report on stdout: `CLIENT <round trips/s> k=v ...`
 /// (or `CLIENT-ERROR` if `bad` echoes differed), read by the server.
 pub fn print_client_line(bad: u64, conns: usize, k: u64, d: Duration, connect_s: f64) -> Res {

@@ -9,7 +9,7 @@
 use crate::common::*;
 use goro::net::{TcpListener, TcpStream};
 use std::io::{BufRead, Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,16 +33,6 @@ pub fn run(w: &Work) -> Res {
     }
 }
 
-/// This binary as the client child of workload `name` against `addr`.
-fn client_cmd(name: &str, addr: std::net::SocketAddr, n: u64, procs: usize) -> Command {
-    let mut c = Command::new(std::env::current_exe().expect("current_exe"));
-    c.args([name, "goro", &n.to_string(), &procs.to_string()])
-        .env(NET_CLIENT_ENV, addr.to_string())
-        .stdin(Stdio::piped())
-        .stderr(Stdio::inherit());
-    c
-}
-
 // ---- echo10k ----
 
 /// Echo server, one goroutine per connection running `goro::io::copy(c,
@@ -62,7 +52,7 @@ fn echo_server(k: u64, procs: usize) -> Res {
             }));
         }
     }));
-    let child = client_cmd("echo10k", addr, k, procs)
+    let child = net_client_cmd("echo10k", "goro", addr, k, procs)
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("spawn client: {e}"))?;
@@ -154,7 +144,7 @@ fn idle_server(n: u64, procs: usize) -> Res {
     goro::time::sleep(Duration::from_millis(20));
     let (rss0, pte0) = (vm_status_kib("VmRSS"), vm_status_kib("VmPTE"));
     let mut child = goro::blocking(|| {
-        client_cmd("idleconn", addr, n, procs)
+        net_client_cmd("idleconn", "goro", addr, n, procs)
             .stdout(Stdio::null())
             .spawn()
     })

@@ -5,7 +5,7 @@
 use crate::common::*;
 use may::net::{TcpListener, TcpStream};
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Instant;
@@ -55,13 +55,10 @@ fn echo_server(k: u64, procs: usize) -> Res {
             }));
         }
     }));
-    let mut c = Command::new(std::env::current_exe().expect("current_exe"));
-    c.args(["echo10k", "may", &k.to_string(), &procs.to_string()])
-        .env(NET_CLIENT_ENV, addr.to_string())
-        .stdin(Stdio::piped())
+    let child = net_client_cmd("echo10k", "may", addr, k, procs)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let child = c.spawn().map_err(|e| format!("spawn client: {e}"))?;
+        .spawn()
+        .map_err(|e| format!("spawn client: {e}"))?;
     // Wait on a plain thread: blocking a may worker stalls the
     // connections whose events it owns.
     let (tx, rx) = may::sync::mpsc::channel();

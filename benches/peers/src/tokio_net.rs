@@ -3,7 +3,7 @@
 //! workers, server and client child alike.
 
 use crate::common::*;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,13 +50,10 @@ async fn echo_server(k: u64, procs: usize) -> Res {
             });
         }
     });
-    let mut c = Command::new(std::env::current_exe().expect("current_exe"));
-    c.args(["echo10k", "tokio", &k.to_string(), &procs.to_string()])
-        .env(NET_CLIENT_ENV, addr.to_string())
-        .stdin(Stdio::piped())
+    let child = net_client_cmd("echo10k", "tokio", addr, k, procs)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let child = c.spawn().map_err(|e| format!("spawn client: {e}"))?;
+        .spawn()
+        .map_err(|e| format!("spawn client: {e}"))?;
     let out = tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .map_err(|e| e.to_string())?
