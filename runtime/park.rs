@@ -172,13 +172,21 @@ pub(crate) fn goready(gp: *mut G) {
 #[inline(always)]
 pub(crate) fn gosched() {
     if in_goroutine() {
-        let mp = crate::m::acquirem();
-        // SAFETY: on a user G: this thread's M.
-        crate::preempt::pin_if_panicking(unsafe { &*mp }, crate::m::getg());
-        mcall_locked(gosched_m);
+        gosched_via(gosched_m);
     } else {
         crate::os::osyield();
     }
+}
+
+/// Yields the running goroutine through `f` (`gosched_m` or
+/// `gopreempt_m`) on g0. Must be called on a user G that may park.
+/// Inlined for the reason `gosched` is.
+#[inline(always)]
+fn gosched_via(f: arch::McallFn) {
+    let mp = crate::m::acquirem();
+    // SAFETY: on a user G (the caller checked): this thread's M.
+    crate::preempt::pin_if_panicking(unsafe { &*mp }, crate::m::getg());
+    mcall_locked(f);
 }
 
 unsafe extern "C" fn gosched_m(arg: *mut u8) -> ! {
@@ -329,10 +337,7 @@ fn preempt_check_slow(gp: *mut G) {
         crate::trace::preempt(unsafe { (*gp).goid.get() }, false);
         drop(ml);
     }
-    let mp = crate::m::acquirem();
-    // SAFETY: on a user G (parkable_g above): this thread's M.
-    crate::preempt::pin_if_panicking(unsafe { &*mp }, gp);
-    mcall_locked(gopreempt_m);
+    gosched_via(gopreempt_m);
 }
 
 /// Go's gopreempt_m: a G preempted at a runtime entry goes to the *global*

@@ -353,8 +353,15 @@ impl<T> Drop for PacketRef<T> {
 // PACKET_LAYOUT either way, so any block may go either way.
 
 /// Size of a pooled packet block in bytes (a `Packet<T>` with `T` of up to
-/// 24 bytes, e.g. `()`, integers, `Vec`, `String`, fits).
+/// 24 bytes, e.g. `()`, integers, `Vec`, `String`, fits: checked below).
 const PACKET_BLOCK_SIZE: usize = 64;
+
+const _: () = assert!(
+    Packet::<()>::POOLED
+        && Packet::<[u64; 3]>::POOLED
+        && Packet::<String>::POOLED
+        && Packet::<Vec<u8>>::POOLED
+);
 /// Alignment of a pooled block in bytes.
 const PACKET_BLOCK_ALIGN: usize = 16;
 /// Blocks per magazine.

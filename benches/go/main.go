@@ -315,9 +315,9 @@ func ctxSwitches() int64 {
 	return n
 }
 
-// idle: n goroutines parked, main asleep in time.Sleep; context switches
-// of all threads per second over 2 s, after 300 ms to settle.
-func idle(n int) float64 {
+// parkN starts n goroutines that each park on a receive from the returned
+// channel (close it to end them), and returns once all have started.
+func parkN(n int) chan struct{} {
 	ch := make(chan struct{})
 	var started int64
 	for i := 0; i < n; i++ {
@@ -329,6 +329,13 @@ func idle(n int) float64 {
 	for atomic.LoadInt64(&started) < int64(n) {
 		time.Sleep(time.Millisecond)
 	}
+	return ch
+}
+
+// idle: n goroutines parked, main asleep in time.Sleep; context switches
+// of all threads per second over 2 s, after 300 ms to settle.
+func idle(n int) float64 {
+	ch := parkN(n)
 	time.Sleep(300 * time.Millisecond)
 	before := ctxSwitches()
 	time.Sleep(2 * time.Second)
@@ -339,19 +346,9 @@ func idle(n int) float64 {
 
 // rss: n goroutines parked on a receive from one channel; VmRSS delta / n.
 func rss(n int) (float64, int64, int64, int) {
-	ch := make(chan struct{})
-	var started int64
 	time.Sleep(20 * time.Millisecond)
 	before := vmRSS()
-	for i := 0; i < n; i++ {
-		go func() {
-			atomic.AddInt64(&started, 1)
-			<-ch
-		}()
-	}
-	for atomic.LoadInt64(&started) < int64(n) {
-		time.Sleep(time.Millisecond)
-	}
+	ch := parkN(n)
 	time.Sleep(50 * time.Millisecond)
 	after := vmRSS()
 	live := runtime.NumGoroutine()

@@ -275,42 +275,18 @@ fn select2(n: u64) -> Res {
     Ok(Out::per_op(d, got.load(Relaxed)).with("from_a", na.load(Relaxed)))
 }
 
-/// idle: n coroutines parked, the main coroutine asleep in
-/// may::coroutine::sleep; context switches of all threads per second.
-fn idle(n: u64) -> Res {
-    let (tx, rx) = mpmc::channel::<()>();
-    let started = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::with_capacity(n as usize);
-    for _ in 0..n {
-        let (rx, started) = (rx.clone(), started.clone());
-        // SAFETY: the closure uses no thread-local storage.
-        let h = unsafe {
-            may::coroutine::spawn(move || {
-                started.fetch_add(1, SeqCst);
-                let _ = rx.recv();
-            })
-        };
-        handles.push(h);
-    }
-    while started.load(SeqCst) < n {
-        may::coroutine::sleep(Duration::from_millis(1));
-    }
-    may::coroutine::sleep(IDLE_SETTLE);
-    let before = ctx_switches();
-    may::coroutine::sleep(IDLE_WINDOW);
-    let after = ctx_switches();
-    drop(tx);
-    for h in handles {
-        let _ = h.join();
-    }
-    idle_out(before, after, n)
+/// Coroutines parked by [`park_coroutines`]: dropping `tx` ends them.
+struct Parked {
+    tx: mpmc::Sender<()>,
+    handles: Vec<may::coroutine::JoinHandle<()>>,
 }
 
-fn rss(n: u64) -> Res {
+/// Spawns `n` coroutines that each park on a receive from one channel;
+/// returns once all have started, or the reason a spawn failed (may
+/// maps each stack with a guard page, so vm.max_map_count runs out).
+fn park_coroutines(n: u64) -> Result<Parked, String> {
     let (tx, rx) = mpmc::channel::<()>();
     let started = Arc::new(AtomicU64::new(0));
-    may::coroutine::sleep(Duration::from_millis(20));
-    let before = vm_rss();
     let mut handles = Vec::with_capacity(n as usize);
     for i in 0..n {
         let (rx, started) = (rx.clone(), started.clone());
@@ -337,9 +313,31 @@ fn rss(n: u64) -> Res {
     while started.load(SeqCst) < n {
         may::coroutine::sleep(Duration::from_millis(1));
     }
+    Ok(Parked { tx, handles })
+}
+
+/// idle: n coroutines parked, the main coroutine asleep in
+/// may::coroutine::sleep; context switches of all threads per second.
+fn idle(n: u64) -> Res {
+    let parked = park_coroutines(n)?;
+    may::coroutine::sleep(IDLE_SETTLE);
+    let before = ctx_switches();
+    may::coroutine::sleep(IDLE_WINDOW);
+    let after = ctx_switches();
+    drop(parked.tx);
+    for h in parked.handles {
+        let _ = h.join();
+    }
+    idle_out(before, after, n)
+}
+
+fn rss(n: u64) -> Res {
+    may::coroutine::sleep(Duration::from_millis(20));
+    let before = vm_rss();
+    let parked = park_coroutines(n)?;
     may::coroutine::sleep(Duration::from_millis(50));
     let after = vm_rss();
-    drop(tx);
+    drop(parked);
     rss_out(before, after, n)
 }
 

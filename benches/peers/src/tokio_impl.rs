@@ -230,9 +230,9 @@ async fn select2(n: u64) -> Res {
     Ok(Out::per_op(d, got).with("from_a", na))
 }
 
-/// idle: n tasks parked, the main task asleep in tokio::time::sleep;
-/// context switches of all threads per second.
-async fn idle(n: u64) -> Res {
+/// Spawns `n` tasks that each park on `changed()` of the returned watch
+/// channel (drop it to end them); returns once all have started.
+async fn park_tasks(n: u64) -> watch::Sender<()> {
     let (tx, rx) = watch::channel(());
     let started = Arc::new(AtomicU64::new(0));
     for _ in 0..n {
@@ -245,6 +245,13 @@ async fn idle(n: u64) -> Res {
     while started.load(SeqCst) < n {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    tx
+}
+
+/// idle: n tasks parked, the main task asleep in tokio::time::sleep;
+/// context switches of all threads per second.
+async fn idle(n: u64) -> Res {
+    let tx = park_tasks(n).await;
     tokio::time::sleep(IDLE_SETTLE).await;
     let before = ctx_switches();
     tokio::time::sleep(IDLE_WINDOW).await;
@@ -254,20 +261,9 @@ async fn idle(n: u64) -> Res {
 }
 
 async fn rss(n: u64) -> Res {
-    let (tx, rx) = watch::channel(());
-    let started = Arc::new(AtomicU64::new(0));
     tokio::time::sleep(Duration::from_millis(20)).await;
     let before = vm_rss();
-    for _ in 0..n {
-        let (mut rx, started) = (rx.clone(), started.clone());
-        tokio::spawn(async move {
-            started.fetch_add(1, SeqCst);
-            let _ = rx.changed().await;
-        });
-    }
-    while started.load(SeqCst) < n {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let tx = park_tasks(n).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     let after = vm_rss();
     drop(tx);
