@@ -65,6 +65,19 @@ median() { # values... -> median (or empty)
     printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END{ if (NR%2) print a[(NR+1)/2]; else printf "%.2f\n", (a[NR/2]+a[NR/2+1])/2 }'
 }
 
+paired() { # "a1 a2 .." "b1 b2 .." -> median of a_i/b_i and how many >= 1, e.g. "0.97 (4/10)"
+    local a=($1) b=($2) i k=0 r=()
+    if [ ${#a[@]} -eq 0 ] || [ ${#a[@]} -ne ${#b[@]} ]; then
+        echo "n/a"
+        return
+    fi
+    for i in "${!a[@]}"; do
+        r+=("$(awk -v x="${a[$i]}" -v y="${b[$i]}" 'BEGIN {printf "%.4f", x / y}')")
+        awk -v v="${r[-1]}" 'BEGIN {exit !(v >= 1)}' && k=$((k + 1))
+    done
+    printf '%s (%d/%d)\n' "$(median "${r[@]}" | awk '{printf "%.2f", $1}')" "$k" "${#a[@]}"
+}
+
 # ------------------------------------------------------------- http -------
 # `compare.sh http`: the same minimal HTTP/1.1 keep-alive server (one
 # goroutine/task per connection, fixed 13-byte body) in Go (net.Listener,
@@ -146,8 +159,8 @@ http_bench() {
         rule+="---:|---:|"
     done
     [ "$impls" != "${impls/goro/}" ] && for c in $conns; do
-        head+=" goro/peer req/s c=$c |"
-        rule+="---|"
+        head+=" goro/peer req/s c=$c | goro/peer per round c=$c |"
+        rule+="---|---|"
     done
     echo "$head"
     echo "$rule"
@@ -162,12 +175,17 @@ http_bench() {
         for c in $conns; do
             if [ "$i" != goro ] && [ -n "${MRPS[$i/$c]:-}" ] && [ -n "${MRPS[goro/$c]:-}" ]; then
                 row+=" $(awk -v a="${MRPS[goro/$c]}" -v b="${MRPS[$i/$c]}" 'BEGIN {printf "%.2f", a / b}') |"
+                row+=" $(paired "${RPS[goro/$c]}" "${RPS[$i/$c]}") |"
             else
-                row+=" |"
+                row+=" | |"
             fi
         done
         echo "$row"
     done
+    echo
+    echo "goro/peer per round: the median over rounds of goro's req/s divided by the"
+    echo "peer's in the same round (servers alternate within a round, so a slow spell"
+    echo "of the machine hits both), and in how many rounds goro was at or above."
     echo
     echo "Each round's req/s and p99 (ms):"
     for i in $impls; do
