@@ -166,7 +166,7 @@ http_bench() {
     echo "$rule"
     local k
     declare -A MRPS
-    for k in "${!RPS[@]}"; do MRPS[$k]=$(median ${RPS[$k]}); done
+    for k in "${!RPS[@]}"; do MRPS[$k]=$(median ${RPS[$k]} | awk '{printf "%.0f", $1}'); done
     for i in $impls; do
         local row="| $i |"
         for c in $conns; do
