@@ -85,6 +85,13 @@ pub(crate) struct P {
     pub(crate) schedtick: RelaxedU32,
     /// Incremented on every syscall (read by sysmon).
     pub(crate) syscalltick: AtomicU32,
+    /// Incremented each time an M acquires this P (acquirep): with
+    /// schedtick and syscalltick, sysmon's evidence that something ran
+    /// (a G readied into runnext inherits its time slice and leaves
+    /// schedtick alone). Written by the acquiring M, which owns the P from
+    /// then on; read racily by sysmon (a stale value delays its all-idle
+    /// wait by a tick).
+    pub(crate) acquiretick: RelaxedU32,
     /// The M this P is attached to, or null. Written by the owning M;
     /// read racily by sysmon and stop-the-world (Ms are never freed, so a
     /// stale M only misdirects one preemption request).
@@ -126,6 +133,7 @@ impl P {
             status: AtomicU32::new(PStatus::Dead as u32),
             link: Cell::new(ptr::null_mut()),
             schedtick: RelaxedU32::new(0),
+            acquiretick: RelaxedU32::new(0),
             syscalltick: AtomicU32::new(0),
             m: RelaxedPtr::new(ptr::null_mut()),
             runq: Local::new(),

@@ -874,6 +874,7 @@ pub(crate) fn acquirep(m: &M, pp: *mut P) {
     // SAFETY: pp came from the idle list or a handoff and is now ours.
     let p = unsafe { &*pp };
     p.m.set(m as *const M as *mut M);
+    p.acquiretick.set(p.acquiretick.get().wrapping_add(1));
     p.set_status(PStatus::Running);
     m.p.set(pp);
     if SCHED.sysmonwait.load(Ordering::Relaxed) {

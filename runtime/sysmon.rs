@@ -103,6 +103,13 @@ const PROBE_BACKOFF_MAX: u8 = 6;
 /// A P not probed for this long starts again at PROBE_EVERY_NS.
 const PROBE_BACKOFF_RESET_NS: i64 = 100_000_000;
 
+/// sysmon waits for a P to become busy (rather than ticking) only once no
+/// P has scheduled anything for this long. Measured over ticks, not one
+/// tick: right after a wake sysmon ticks every 20 µs, and a goroutine
+/// sleeping 100 µs at a time looked idle for two ticks in a row, so sysmon
+/// waited and was woken again ~4,000 times a second.
+const QUIET_NS: i64 = 10_000_000;
+
 /// Starts the sysmon thread.
 pub(crate) fn start(cfg: &crate::Config) {
     SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
@@ -133,6 +140,8 @@ fn sysmon() -> ! {
     let mut last_counters = start;
     let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
     let mut last_activity = sched_activity();
+    // When sysmon last saw sched_activity change (ns).
+    let mut last_active = start;
     // Earliest time (ns) at which a G retake saw running will have used
     // its time slice while work waits (0: none known).
     let mut next_deadline = 0i64;
@@ -144,14 +153,17 @@ fn sysmon() -> ! {
         } else if idle > BACKOFF_AFTER {
             delay = (delay * 2).min(MAX_DELAY_US);
         }
-        // Every P idle *and* nothing ran since the last tick: a server
-        // whose Ps go idle between requests stays on ordinary ticks rather
-        // than waking sysmon from its wait on every idle-to-busy turn (a
-        // futex wake under sched.lock in acquirep, then sysmon's ramp
-        // from 20 µs: ~650 waits a second under wrk before).
+        // Every P idle *and* nothing ran for QUIET_NS: a server whose Ps
+        // go idle between requests stays on ordinary ticks rather than
+        // waking sysmon from its wait on every idle-to-busy turn (a futex
+        // wake under sched.lock in acquirep, then sysmon's ramp from
+        // 20 µs: ~650 waits a second under wrk before).
         let activity = sched_activity();
-        let quiet = activity == last_activity;
-        last_activity = activity;
+        if activity != last_activity {
+            last_activity = activity;
+            last_active = crate::os::nanotime();
+        }
+        let quiet = crate::os::nanotime() - last_active >= QUIET_NS;
         if SCHEDTRACE_MS.load(Ordering::Relaxed) == 0 && quiet && all_idle() {
             // An idle program still returns freed stacks (a burst that just
             // ended is the common case): scavenge in batches before
@@ -308,14 +320,16 @@ impl Scavenger {
     }
 }
 
-/// A number that changes whenever any P schedules a G or makes a guarded
-/// system call: the sum of their schedticks and syscallticks (owner-written
-/// counters; a racy read is at worst one tick stale, which only delays
-/// sysmon's wait by a tick).
+/// A number that changes whenever any P is acquired, schedules a G with a
+/// new time slice, or makes a guarded system call: the sum of their
+/// acquireticks, schedticks and syscallticks (owner-written counters; a
+/// racy read is at worst one tick stale, which only delays sysmon's wait
+/// by a tick).
 fn sched_activity() -> u32 {
     (0..sched::gomaxprocs()).fold(0u32, |a, i| {
         let p = sched::allp(i);
-        a.wrapping_add(p.schedtick.get())
+        a.wrapping_add(p.acquiretick.get())
+            .wrapping_add(p.schedtick.get())
             .wrapping_add(p.syscalltick.load(Ordering::Relaxed))
     })
 }

@@ -1257,6 +1257,69 @@ fn idle_runtime_sleeps() {
     });
 }
 
+/// Voluntary context switches of the sysmon thread (found by its name).
+fn sysmon_switches() -> u64 {
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "goro-sysmon" {
+            continue;
+        }
+        let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        for l in s.lines() {
+            if let Some(v) = l.strip_prefix("voluntary_ctxt_switches:") {
+                return v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    panic!("no goro-sysmon thread in /proc/self/task");
+}
+
+/// sysmon backs off to Go's 10 ms while Ps are merely busy: a goroutine
+/// that keeps switching (so nothing is due for preemption), then one that
+/// keeps going idle for 100 µs at a time (every P idle, then busy again).
+/// Each phase runs 500 ms; 10 ms ticks make ~50 sysmon wake-ups in it.
+/// With the old 1 ms cap while busy, sysmon woke ~500 times in the first
+/// phase, and in the second it was woken out of its all-idle wait on
+/// nearly every idle-to-busy turn. A few hundred switches a second of a
+/// thread that displaces a server's M cost it 5–8% of its requests under
+/// load (docs/BENCHMARKS.md, session 18).
+#[test]
+fn sysmon_backs_off_while_busy() {
+    child(
+        "sysmon_backs_off_while_busy",
+        &[("GOMAXPROCS", "2")],
+        || {
+            if qemu() {
+                // qemu-user's timers make the count meaningless.
+                return;
+            }
+            goro::run(|| {
+                let phase = |f: &dyn Fn()| {
+                    // Let sysmon settle into the phase's rhythm first.
+                    let settle = Instant::now() + Duration::from_millis(100);
+                    while Instant::now() < settle {
+                        f();
+                    }
+                    let before = sysmon_switches();
+                    let end = Instant::now() + Duration::from_millis(500);
+                    while Instant::now() < end {
+                        f();
+                    }
+                    sysmon_switches() - before
+                };
+                let busy = phase(&|| goro::yield_now());
+                let bouncing = phase(&|| goro::time::sleep(Duration::from_micros(100)));
+                println!("sysmon switches in 500 ms: busy {busy}, bouncing {bouncing}");
+                assert!(busy < 150, "sysmon woke {busy} times in 500 ms of a busy P");
+                assert!(
+                    bouncing < 150,
+                    "sysmon woke {bouncing} times in 500 ms of a P going idle and busy"
+                );
+            });
+        },
+    );
+}
+
 /// Go's gopreempt_m: a goroutine preempted at a runtime entry goes to the
 /// global run queue, behind the work already waiting there (Go's
 /// goschedImpl), not to its P's local tail as `yield_now` does. On one P
