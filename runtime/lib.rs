@@ -148,6 +148,10 @@ pub struct Config {
     pub preempt_pinned_max: usize,
     /// How long a goroutine may run while others wait before sysmon
     /// preempts it (Go's forcePreemptNS, 10 ms). At least 100 µs.
+    /// sysmon learns when a slice began at its next tick, so a preemption
+    /// can come up to one more slice late (as in Go) the first time, and
+    /// within about a quarter of a slice while sysmon has preempted
+    /// something in the last 100 ms (docs/PREEMPTION.md).
     /// `GODEBUG=gorotimeslice=US` sets it in microseconds.
     pub time_slice: std::time::Duration,
     /// Blocking detection: sysmon notices a goroutine blocked in the kernel
