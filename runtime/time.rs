@@ -146,6 +146,14 @@ impl Timer {
         &self.rx
     }
 
+    /// Waits for the timer's value (Go's `<-t.C`): the same as
+    /// `receiver().recv()`, whose channel is never closed. Parks the
+    /// goroutine (blocks a plain thread) until the timer fires; forever
+    /// if it was stopped, or for an [`after_func`] timer.
+    pub fn recv(&self) -> Instant {
+        recv_never_closed(&self.rx)
+    }
+
     /// Prevents the timer from firing (Go's Timer.Stop). Returns `true` if
     /// this call stopped it: it was armed, or it had fired but its value
     /// was not received yet (that value is discarded; Go 1.23). Returns
@@ -253,6 +261,14 @@ impl Ticker {
         &self.rx
     }
 
+    /// Waits for the next tick (Go's `<-t.C`): the same as
+    /// `receiver().recv()`, whose channel is never closed. Parks the
+    /// goroutine (blocks a plain thread) until a tick is delivered; a tick
+    /// already buffered is returned at once; forever after `stop`.
+    pub fn recv(&self) -> Instant {
+        recv_never_closed(&self.rx)
+    }
+
     /// Turns the ticker off (Go's Ticker.Stop); a buffered tick is
     /// discarded. The channel is not closed. Never blocks for long.
     pub fn stop(&self) {
@@ -277,6 +293,14 @@ impl std::panic::RefUnwindSafe for Ticker {}
 impl std::fmt::Debug for Ticker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ticker").finish_non_exhaustive()
+    }
+}
+
+/// `rx.recv()` on a timer's channel, which has no `Sender` to close it.
+fn recv_never_closed(rx: &Receiver<Instant>) -> Instant {
+    match rx.recv() {
+        Ok(t) => t,
+        Err(_) => unreachable!("a timer's channel is never closed"),
     }
 }
 

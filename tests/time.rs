@@ -722,3 +722,53 @@ fn timer_from_plain_thread() {
     });
     h.join().unwrap();
 }
+
+/// `Timer::recv` and `Ticker::recv` (Go's `<-t.C`): each value is the
+/// firing time, never before the deadline; tick i comes i periods after
+/// the start at the earliest, in order (the schedule, not the previous
+/// delivery, sets the next: Go's rule); a tick buffered while nobody waited is returned at once
+/// (with its own, earlier time); from a goroutine and from a plain thread.
+#[test]
+fn timer_and_ticker_recv() {
+    let _w = common::watchdog();
+    let check = || {
+        let d = Duration::from_millis(5);
+        let t0 = Instant::now();
+        let t = Timer::new(d);
+        let fired = t.recv();
+        assert!(
+            fired >= t0 + d,
+            "timer value {:?} before its deadline",
+            fired - t0
+        );
+
+        let tk = Ticker::new(d);
+        let t0 = Instant::now();
+        let mut last = t0;
+        for i in 1..=3u32 {
+            let at = tk.recv();
+            assert!(
+                at >= t0 + d * i,
+                "tick {i} at {:?}, before {:?}",
+                at - t0,
+                d * i
+            );
+            assert!(at > last, "tick {i} not after the one before");
+            last = at;
+        }
+        // A tick delivered into the buffer while nobody waits is kept, and
+        // recv returns it (its time is before we looked), not a later one.
+        while tk.receiver().is_empty() {
+            sleep(Duration::from_millis(1));
+        }
+        let seen = Instant::now();
+        let buffered = tk.recv();
+        assert!(
+            buffered > last && buffered <= seen,
+            "recv did not return the buffered tick"
+        );
+        tk.stop();
+    };
+    run(check);
+    check(); // outside the runtime: a plain thread blocks
+}
