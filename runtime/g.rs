@@ -105,6 +105,12 @@ pub(crate) struct G {
     /// unwinding, and must resume on the same M. Cleared by `execute` when
     /// it runs again. Owned by whoever owns the G.
     pub(crate) pinned: Cell<bool>,
+    /// Readied by netpoll: while it waited on a socket its stack has most
+    /// likely left the caches, so `execute` prefetches the frames it will
+    /// return through (sched.rs, `prefetch_frames`). Set by netpoll, which
+    /// owns the G between taking it from the poll descriptor and queueing
+    /// it; cleared by `execute`.
+    pub(crate) cold: Cell<bool>,
     /// Goroutine-local storage (local.rs owns the representation); null
     /// when the G has none. Touched only by the G itself.
     pub(crate) locals: Cell<*mut u8>,
@@ -150,6 +156,7 @@ impl G {
             lockedm: Cell::new(ptr::null_mut()),
             locked_count: Cell::new(0),
             pinned: Cell::new(false),
+            cold: Cell::new(false),
             locals: Cell::new(ptr::null_mut()),
             waitreason: AtomicU8::new(0),
             waitsince: AtomicI64::new(0),

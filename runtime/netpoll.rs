@@ -171,12 +171,16 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
             pd.rtick.fetch_add(1, Ordering::SeqCst);
             let gp = unblock(&pd.rg, true);
             if !gp.is_null() {
+                // SAFETY: unblock gave us the parked G; we own it until queued.
+                unsafe { (*gp).cold.set(true) };
                 out.push(gp);
             }
         }
         if ev & w as u32 != 0 {
             let gp = unblock(&pd.wg, true);
             if !gp.is_null() {
+                // SAFETY: unblock gave us the parked G; we own it until queued.
+                unsafe { (*gp).cold.set(true) };
                 out.push(gp);
             }
         }

@@ -1250,6 +1250,10 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
         // Back on the M it was pinned to (preempt.rs): the pin is done.
         crate::preempt::unpin(m, g);
     }
+    if g.cold.get() {
+        g.cold.set(false);
+        prefetch_frames(g);
+    }
     if !inherit {
         // SAFETY: we hold a P while executing.
         let p = unsafe { &*m.p.get() };
@@ -1260,6 +1264,32 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
     // fiber; the status CAS above gave us exclusive ownership; g0's frames
     // are dead.
     unsafe { arch::gogo((*g.gobuf()).sp, g.fiber.get()) }
+}
+
+/// How far above a netpoll-readied G's saved sp `execute` prefetches
+/// (bytes): the frames the G returns through when it resumes (gopark,
+/// `PollDesc::wait`, the read, the caller's loop: ~1.5 KiB in
+/// examples/http_hello, whose loop keeps a 1 KiB header array). One cache
+/// miss after another as those frames return costs goro ~0.4 µs of user
+/// time per request at 1,000 connections (docs/BENCHMARKS.md, session 19).
+const COLD_FRAMES_BYTES: usize = 2048;
+
+/// Starts fetching the top `COLD_FRAMES_BYTES` of `g`'s stack (up to its
+/// top), so the misses overlap instead of arriving one frame at a time.
+#[inline]
+fn prefetch_frames(g: &G) {
+    // SAFETY: g is ours (execute) and its context is saved.
+    let sp = unsafe { (*g.gobuf()).sp };
+    let end = g
+        .stack
+        .get()
+        .map_or(sp, |s| s.hi)
+        .min(sp + COLD_FRAMES_BYTES);
+    let mut line = sp & !63;
+    while line < end {
+        crate::arch::prefetch_write(line);
+        line += 64;
+    }
 }
 
 /// Go's findRunnable: block until there is a G to run; returns it with the
