@@ -1270,7 +1270,7 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
 /// (bytes): the frames the G returns through when it resumes (gopark,
 /// `PollDesc::wait`, the read, the caller's loop: ~1.5 KiB in
 /// examples/http_hello, whose loop keeps a 1 KiB header array). One cache
-/// miss after another as those frames return costs goro ~0.4 µs of user
+/// miss after another as those frames return cost goro ~0.25 µs of user
 /// time per request at 1,000 connections (docs/BENCHMARKS.md, session 19).
 const COLD_FRAMES_BYTES: usize = 2048;
 
