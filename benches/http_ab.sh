@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Paired A/B rounds of HTTP servers under wrk, for changes too small for
+# compare.sh's medians to show: in each round every server runs once (in
+# the order given), so a slow spell of the machine hits all of them; the
+# summary is the median over rounds of each server's req/s divided by the
+# first server's in the same round, plus each server's CPU per request
+# (user and system µs from /proc/PID/stat).
+#
+#   benches/http_ab.sh CONNS SECS ROUNDS NAME=CMD [NAME=CMD ...]
+#
+# CMD is run as `GOMAXPROCS=2 CMD 127.0.0.1:PORT` and must serve
+# HTTP/1.1 keep-alive there within 0.4 s (examples/http_hello, the peers'
+# `http_server tokio|may`, benches/go/http_hello). Needs wrk. Example
+# (docs/BENCHMARKS.md, session 19):
+#
+#   cargo build --release --example http_hello
+#   benches/http_ab.sh 1000 5 10 base=/tmp/http_hello_before new=target/release/examples/http_hello
+set -euo pipefail
+[ $# -ge 4 ] || { sed -n 2,19p "$0" >&2; exit 2; }
+conns=$1 secs=$2 rounds=$3
+shift 3
+command -v wrk >/dev/null || { echo "http_ab: wrk not found (apt-get install wrk)" >&2; exit 1; }
+tick=$(getconf CLK_TCK)
+port=$((20000 + RANDOM % 20000))
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+for r in $(seq 1 "$rounds"); do
+    line="round $r:"
+    for spec in "$@"; do
+        name=${spec%%=*} cmd=${spec#*=}
+        port=$((port + 1))
+        # shellcheck disable=SC2086 # CMD may carry arguments
+        GOMAXPROCS=2 $cmd "127.0.0.1:$port" >/dev/null 2>&1 &
+        pid=$!
+        sleep 0.4
+        read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+        out=$(wrk -t2 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/" 2>&1)
+        read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+        kill "$pid"
+        wait "$pid" 2>/dev/null || true
+        rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
+        reqs=$(awk '/requests in/{print $1}' <<<"$out")
+        [ -n "$rps" ] && [ -n "$reqs" ] || { echo "http_ab: $name gave no result:" >&2; echo "$out" >&2; exit 1; }
+        echo "$r $name $rps $(((u1 - u0))) $(((s1 - s0))) $reqs" >>"$results"
+        line+=" $name=${rps%.*}"
+    done
+    echo "$line" >&2
+done
+python3 - "$results" "$tick" "$@" <<'PY'
+import sys, statistics
+path, tick, specs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+names = [s.split('=', 1)[0] for s in specs]
+rows = {}
+for l in open(path):
+    r, n, rps, u, s, reqs = l.split()
+    rows[(int(r), n)] = (float(rps), int(u), int(s), int(reqs))
+rounds = sorted({r for r, _ in rows})
+ref = names[0]
+for n in names:
+    rps = [rows[(r, n)][0] for r in rounds]
+    us = [1e6 * rows[(r, n)][1] / tick / rows[(r, n)][3] for r in rounds]
+    sy = [1e6 * rows[(r, n)][2] / tick / rows[(r, n)][3] for r in rounds]
+    line = (f"{n}: median {statistics.median(rps):,.0f} req/s; server CPU per request "
+            f"user {statistics.mean(us):.2f} µs, system {statistics.mean(sy):.2f} µs (means)")
+    if n != ref:
+        ratios = [rows[(r, n)][0] / rows[(r, ref)][0] for r in rounds]
+        line += (f"; {n}/{ref} per round: median {statistics.median(ratios):.3f}, "
+                 f"at or above in {sum(x >= 1 for x in ratios)}/{len(ratios)}")
+    print(line)
+PY
