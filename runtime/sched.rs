@@ -1274,8 +1274,10 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
 /// time per request at 1,000 connections (docs/BENCHMARKS.md, session 19).
 const COLD_FRAMES_BYTES: usize = 2048;
 
-/// Starts fetching the top `COLD_FRAMES_BYTES` of `g`'s stack (up to its
-/// top), so the misses overlap instead of arriving one frame at a time.
+/// Starts fetching the `COLD_FRAMES_BYTES` above `g`'s saved sp (not past
+/// its stack's top), one prefetch per 64-byte line, so the misses overlap
+/// instead of arriving one frame at a time. Touches nothing a program can
+/// observe (`arch::prefetch_write`).
 #[inline]
 fn prefetch_frames(g: &G) {
     // SAFETY: g is ours (execute) and its context is saved.
