@@ -21,21 +21,25 @@ conns=$1 secs=$2 rounds=$3
 shift 3
 command -v wrk >/dev/null || { echo "http_ab: wrk not found (apt-get install wrk)" >&2; exit 1; }
 tick=$(getconf CLK_TCK)
-port=$((20000 + RANDOM % 20000))
+# Below Linux's default ephemeral range (32768-60999), so that no client
+# connection of an earlier round holds the port.
+port=$((20000 + RANDOM % 10000))
 results=$(mktemp)
-trap 'rm -f "$results"' EXIT
+srvlog=$(mktemp)
+trap 'rm -f "$results" "$srvlog"' EXIT
 for r in $(seq 1 "$rounds"); do
     line="round $r:"
     for spec in "$@"; do
         name=${spec%%=*} cmd=${spec#*=}
         port=$((port + 1))
         # shellcheck disable=SC2086 # CMD may carry arguments
-        GOMAXPROCS=2 $cmd "127.0.0.1:$port" >/dev/null 2>&1 &
+        GOMAXPROCS=2 $cmd "127.0.0.1:$port" >"$srvlog" 2>&1 &
         pid=$!
         sleep 0.4
-        read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+        gone() { echo "http_ab: round $r: $name exited; its output:" >&2; cat "$srvlog" >&2; exit 1; }
+        read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null) || gone
         out=$(wrk -t2 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/" 2>&1)
-        read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+        read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null) || gone
         kill "$pid"
         wait "$pid" 2>/dev/null || true
         rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
