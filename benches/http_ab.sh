@@ -27,6 +27,8 @@ port=$((20000 + RANDOM % 10000))
 results=$(mktemp)
 srvlog=$(mktemp)
 trap 'rm -f "$results" "$srvlog"' EXIT
+# The server of round $r named $name is gone: say so with its output.
+gone() { echo "http_ab: round $r: $name exited; its output:" >&2; cat "$srvlog" >&2; exit 1; }
 for r in $(seq 1 "$rounds"); do
     line="round $r:"
     for spec in "$@"; do
@@ -36,7 +38,6 @@ for r in $(seq 1 "$rounds"); do
         GOMAXPROCS=2 $cmd "127.0.0.1:$port" >"$srvlog" 2>&1 &
         pid=$!
         sleep 0.4
-        gone() { echo "http_ab: round $r: $name exited; its output:" >&2; cat "$srvlog" >&2; exit 1; }
         read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null) || gone
         out=$(wrk -t2 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/" 2>&1)
         read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null) || gone

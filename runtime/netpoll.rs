@@ -169,20 +169,10 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
                 pd.rclosed.store(true, Ordering::SeqCst);
             }
             pd.rtick.fetch_add(1, Ordering::SeqCst);
-            let gp = unblock(&pd.rg, true);
-            if !gp.is_null() {
-                // SAFETY: unblock gave us the parked G; we own it until queued.
-                unsafe { (*gp).cold.set(true) };
-                out.push(gp);
-            }
+            ready_cold(&pd.rg, out);
         }
         if ev & w as u32 != 0 {
-            let gp = unblock(&pd.wg, true);
-            if !gp.is_null() {
-                // SAFETY: unblock gave us the parked G; we own it until queued.
-                unsafe { (*gp).cold.set(true) };
-                out.push(gp);
-            }
+            ready_cold(&pd.wg, out);
         }
     }
     if !out.is_empty() && crate::trace::on() {
@@ -493,6 +483,18 @@ fn block_commit(gp: *mut G, arg: *mut u8) -> bool {
     // SeqCst: publishes the G to wakers (they CAS it out with AcqRel).
     slot.compare_exchange(PD_WAIT, gp as usize, Ordering::SeqCst, Ordering::Relaxed)
         .is_ok()
+}
+
+/// netpoll's wake-up of `slot`'s parked G, if any: marks it `cold` (its
+/// frames are prefetched when it runs, sched.rs `prefetch_frames`) and
+/// pushes it onto `out`.
+fn ready_cold(slot: &AtomicUsize, out: &mut Vec<*mut G>) {
+    let gp = unblock(slot, true);
+    if !gp.is_null() {
+        // SAFETY: unblock gave us the parked G; we own it until queued.
+        unsafe { (*gp).cold.set(true) };
+        out.push(gp);
+    }
 }
 
 /// Go's netpollunblock: record readiness (`ioready`) or wake without it,

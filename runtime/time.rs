@@ -298,10 +298,7 @@ impl std::fmt::Debug for Ticker {
 
 /// `rx.recv()` on a timer's channel, which has no `Sender` to close it.
 fn recv_never_closed(rx: &Receiver<Instant>) -> Instant {
-    match rx.recv() {
-        Ok(t) => t,
-        Err(_) => unreachable!("a timer's channel is never closed"),
-    }
+    rx.recv().expect("a timer's channel is never closed")
 }
 
 /// The current time as seen by the runtime's timers (monotonic).

@@ -726,8 +726,9 @@ fn timer_from_plain_thread() {
 /// `Timer::recv` and `Ticker::recv` (Go's `<-t.C`): each value is the
 /// firing time, never before the deadline; tick i comes i periods after
 /// the start at the earliest, in order (the schedule, not the previous
-/// delivery, sets the next: Go's rule); a tick buffered while nobody waited is returned at once
-/// (with its own, earlier time); from a goroutine and from a plain thread.
+/// delivery, sets the next: Go's rule); a tick buffered while nobody
+/// waited is returned at once (with its own, earlier time); from a
+/// goroutine and from a plain thread.
 #[test]
 fn timer_and_ticker_recv() {
     let _w = common::watchdog();
