@@ -86,7 +86,8 @@ paired() { # "a1 a2 .." "b1 b2 .." -> median of a_i/b_i and how many >= 1, e.g. 
 # `wrk -t2 -c100` and `-c1000` for HTTP_DURATION (default 10s). Reports
 # requests/s and wrk's p99 latency. Separate from the default table.
 #   HTTP_DURATION=5s HTTP_IMPLS="go goro tokio may" HTTP_CONNS="100 1000" HTTP_REPEAT=3
-# HTTP_REPEAT rounds (default 3) alternate the servers; the table shows
+# HTTP_REPEAT rounds (default 3) alternate the servers, each round starting
+# with the next one; the table shows
 # medians and a goro/peer req/s ratio (> 1: goro serves more).
 http_bench() {
     local dur=${HTTP_DURATION:-10s} impls=${HTTP_IMPLS:-"go goro tokio may"}
@@ -106,11 +107,16 @@ http_bench() {
         >>"$BUILDLOG" 2>&1 || note "go: http_hello did not build (see $BUILDLOG)"
     declare -A RPS P99
     local port=18480 i c r rounds=${HTTP_REPEAT:-3}
-    # Rounds alternate the servers (go goro tokio may, go goro ...), so
-    # a slow spell of this shared machine hits every server alike; the
-    # table gives the median of the rounds.
+    # Rounds alternate the servers, so a slow spell of this shared machine
+    # hits every server alike; the table gives the median of the rounds.
+    # Round r starts with server r (go goro tokio may, goro tokio may go,
+    # ...): each takes each slot equally often, as the slot alone moved a
+    # median by up to 3% (docs/BENCHMARKS.md, session 19).
+    local -a order
+    read -ra order <<<"$impls"
     for r in $(seq 1 "$rounds"); do
-    for i in $impls; do
+    local k=$(((r - 1) % ${#order[@]}))
+    for i in "${order[@]:k}" "${order[@]:0:k}"; do
         local cmd=()
         case $i in
             go) cmd=("$go_bin") ;;
