@@ -20,7 +20,7 @@
 #   cargo build --release --example http_hello
 #   benches/http_ab.sh 1000 5 10 base=/tmp/http_hello_before new=target/release/examples/http_hello
 set -euo pipefail
-[ $# -ge 4 ] || { sed -n 2,23p "$0" >&2; exit 2; }
+[ $# -ge 4 ] || { sed -n 2,21p "$0" >&2; exit 2; }
 conns=$1 secs=$2 rounds=$3
 shift 3
 command -v wrk >/dev/null || { echo "http_ab: wrk not found (apt-get install wrk)" >&2; exit 1; }
@@ -34,10 +34,6 @@ cputimes=$(mktemp)
 trap 'rm -f "$results" "$srvlog" "$cputimes" "$cputimes".[01]' EXIT
 # The server of round $r named $name is gone: say so with its output.
 gone() { echo "http_ab: round $r: $name exited; its output:" >&2; cat "$srvlog" >&2; exit 1; }
-# Children's user + system seconds so far (`times`' second line); `times`
-# runs in this shell (redirected, not in a $(...) subshell, where it would
-# see only the subshell's children).
-child_cpu() { times >"$cputimes"; awk 'NR == 2 { gsub(/[ms]/, " "); print $1 * 60 + $2 + $3 * 60 + $4 }' "$cputimes"; }
 specs=("$@")
 for r in $(seq 1 "$rounds"); do
     line="round $r:"
@@ -54,19 +50,22 @@ for r in $(seq 1 "$rounds"); do
         pid=$!
         sleep 0.4
         read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null) || gone
-        # The server is reaped only after wrk, so this difference is wrk's.
-        child_cpu >"$cputimes.0"
+        # wrk's CPU: the change in this shell's children's user + system
+        # time (`times`' second line) across it. `times` runs here, not in
+        # a $(...) subshell, which would see only its own children; the
+        # server is reaped only after wrk, so it does not count.
+        times >"$cputimes.0"
         out=$(wrk -t2 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/" 2>&1)
-        child_cpu >"$cputimes.1"
-        read -r c0 <"$cputimes.0"
-        read -r c1 <"$cputimes.1"
+        times >"$cputimes.1"
+        wrk_s=$(awk 'FNR == 2 { gsub(/[ms]/, " "); t[++n] = $1 * 60 + $2 + $3 * 60 + $4 }
+            END { print t[2] - t[1] }' "$cputimes.0" "$cputimes.1")
         read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null) || gone
         kill "$pid"
         wait "$pid" 2>/dev/null || true
         rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
         reqs=$(awk '/requests in/{print $1}' <<<"$out")
         [ -n "$rps" ] && [ -n "$reqs" ] || { echo "http_ab: $name gave no result:" >&2; echo "$out" >&2; exit 1; }
-        echo "$r $name $rps $(((u1 - u0))) $(((s1 - s0))) $reqs $(awk -v a="$c0" -v b="$c1" 'BEGIN { print b - a }')" >>"$results"
+        echo "$r $name $rps $(((u1 - u0))) $(((s1 - s0))) $reqs $wrk_s" >>"$results"
         line+=" $name=${rps%.*}"
     done
     echo "$line" >&2
