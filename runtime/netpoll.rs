@@ -172,6 +172,7 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
             ready_cold(&pd.rg, out);
         }
         if ev & w as u32 != 0 {
+            pd.wtick.fetch_add(1, Ordering::SeqCst);
             ready_cold(&pd.wg, out);
         }
     }
@@ -243,6 +244,12 @@ pub(crate) struct PollDesc {
     /// the reader's load before its syscall and netpoll's bump before its
     /// unblock are ordered with the slot operations that follow them.
     rtick: AtomicU32,
+    /// Write-side edges harvested so far, bumped before netpoll records a
+    /// writable edge. With `rtick`, tells a goroutine that waited for a
+    /// direction's lock whether an edge came since its EAGAIN, whose
+    /// readiness the waiter before it may have consumed (net/fd.rs
+    /// `io_with`).
+    wtick: AtomicU32,
     /// Sticky: netpoll saw EPOLLRDHUP, EPOLLHUP or EPOLLERR (tokio's
     /// READ_CLOSED, which clearing never removes). A short read can then
     /// leave an EOF or error behind whose edge is spent, so reads never
@@ -274,6 +281,7 @@ impl PollDesc {
                 rseq: AtomicU64::new(0),
                 wseq: AtomicU64::new(0),
                 rtick: AtomicU32::new(0),
+                wtick: AtomicU32::new(0),
                 rclosed: AtomicBool::new(false),
             }))
         });
@@ -306,10 +314,13 @@ impl PollDesc {
         Ok(pd)
     }
 
-    /// The read-side readiness tick (see the field).
+    /// The readiness tick of `mode` (see the fields `rtick`, `wtick`).
     #[inline]
-    pub(crate) fn rtick(&self) -> u32 {
-        self.rtick.load(Ordering::SeqCst)
+    pub(crate) fn tick(&self, mode: Mode) -> u32 {
+        match mode {
+            Mode::Read => self.rtick.load(Ordering::SeqCst),
+            Mode::Write => self.wtick.load(Ordering::SeqCst),
+        }
     }
 
     /// Whether a hang-up or error was seen on the read side (sticky).

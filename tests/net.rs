@@ -13,6 +13,7 @@ use common::{qemu, scale};
 use goro::net::{TcpListener, TcpStream, UdpSocket, UnixDatagram, UnixListener, UnixStream};
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -662,6 +663,148 @@ fn slowloris_does_not_hold_up_others() {
             h.join().unwrap();
         }
         drop(slow);
+    });
+}
+
+/// Spawns `f` and returns once it has parked (the first waiter on the
+/// poll slot, the second on the direction's lock behind it) or finished.
+fn spawn_parked<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> goro::JoinHandle<T> {
+    let h = goro::go!(f);
+    while goro::__private::goroutine_parked(h.id()) != Some(true) && !h.is_finished() {
+        goro::yield_now();
+    }
+    h
+}
+
+// Two goroutines waiting on one socket in one direction both wake when
+// the data for both arrives under one edge. Only one waiter sits on the
+// poll slot; the second waits for the direction's lock, and the first
+// consumed the edge's readiness: the second must retry its syscall rather
+// than wait for an edge that never comes (all four hung before).
+
+/// Two readers of one byte each, "ab" in one segment.
+#[test]
+fn two_stream_readers_both_wake() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        for _ in 0..scale(50) {
+            let (c, mut s) = tcp_pair();
+            let c = Arc::new(c);
+            let mut hs = Vec::new();
+            for _ in 0..2 {
+                let c1 = c.clone();
+                hs.push(spawn_parked(move || {
+                    let mut b = [0u8; 1];
+                    assert_eq!((&*c1).read(&mut b).unwrap(), 1);
+                    b[0]
+                }));
+            }
+            s.write_all(b"ab").unwrap();
+            let mut got: Vec<u8> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            got.sort();
+            assert_eq!(got, b"ab");
+        }
+    });
+}
+
+/// Two UDP receivers, two datagrams sent back to back.
+#[test]
+fn two_udp_receivers_both_wake() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        for _ in 0..scale(50) {
+            let rx = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+            let to = rx.local_addr().unwrap();
+            let mut hs = Vec::new();
+            for _ in 0..2 {
+                let r1 = rx.clone();
+                hs.push(spawn_parked(move || {
+                    let mut b = [0u8; 8];
+                    let (n, _) = r1.recv_from(&mut b).unwrap();
+                    b[..n].to_vec()
+                }));
+            }
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            tx.send_to(b"one", to).unwrap();
+            tx.send_to(b"two", to).unwrap();
+            let mut got: Vec<Vec<u8>> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+            got.sort();
+            assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
+        }
+    });
+}
+
+/// Two acceptors, two connections made back to back.
+#[test]
+fn two_acceptors_both_wake() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        for _ in 0..scale(50) {
+            let l = Arc::new(TcpListener::bind("127.0.0.1:0").unwrap());
+            let addr = l.local_addr().unwrap();
+            let mut hs = Vec::new();
+            for _ in 0..2 {
+                let l1 = l.clone();
+                hs.push(spawn_parked(move || l1.accept().unwrap().0));
+            }
+            let c1 = std::net::TcpStream::connect(addr).unwrap();
+            let c2 = std::net::TcpStream::connect(addr).unwrap();
+            for h in hs {
+                h.join().unwrap();
+            }
+            drop((c1, c2));
+        }
+    });
+}
+
+/// Two writers of 1 MiB each into small socket buffers (both park); the
+/// peer drains it all, so the last edge finds one writer waiting.
+#[test]
+fn two_stream_writers_both_finish() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let (c, mut s) = tcp_pair();
+        for (fd, opt) in [
+            (c.as_raw_fd(), libc::SO_SNDBUF),
+            (s.as_raw_fd(), libc::SO_RCVBUF),
+        ] {
+            let v: libc::c_int = 16 << 10;
+            // SAFETY: a valid socket fd and a c_int option value.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&v as *const libc::c_int).cast(),
+                    4,
+                )
+            };
+            assert_eq!(r, 0);
+        }
+        let c = Arc::new(c);
+        let n = 1 << 20;
+        let mut hs = Vec::new();
+        for i in 0..2u8 {
+            let c1 = c.clone();
+            hs.push(spawn_parked(move || (&*c1).write_all(&vec![i; n]).unwrap()));
+        }
+        let reader = std::thread::spawn(move || {
+            let mut left = 2 * n;
+            let mut b = vec![0u8; 64 << 10];
+            while left > 0 {
+                let k = s.read(&mut b[..left.min(64 << 10)]).unwrap();
+                assert!(k > 0, "EOF with {left} bytes left");
+                left -= k;
+            }
+        });
+        for h in hs {
+            h.join().unwrap();
+        }
+        reader.join().unwrap();
     });
 }
 

@@ -138,12 +138,13 @@ impl NetFd {
         // The tick first, then the sticky hang-up flag: netpoll sets the
         // flag before it bumps the tick, so a hang-up harvested before the
         // tick we compare is seen here.
-        let skip = len > 0 && hint == DRAINED | u64::from(self.pd.rtick()) && !self.pd.rclosed();
+        let now = self.pd.tick(Mode::Read);
+        let skip = len > 0 && hint == DRAINED | u64::from(now) && !self.pd.rclosed();
         let dl = deadline(self.timeout(Mode::Read));
-        self.io_with(Mode::Read, dl, !skip, || {
+        self.io_with(Mode::Read, dl, skip.then_some(now), || {
             // The tick before the syscall: an edge harvested during it
             // moves the tick past this value, so it is never hidden.
-            let t = self.pd.rtick();
+            let t = self.pd.tick(Mode::Read);
             let r = op();
             if let Ok(n) = r {
                 if n > 0 && n < len {
@@ -168,41 +169,69 @@ impl NetFd {
         deadline: Option<i64>,
         op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
-        self.io_with(mode, deadline, true, op)
+        self.io_with(mode, deadline, None, op)
     }
 
-    /// [`NetFd::io`], trying `op` before the first wait only if `try_first`.
+    /// [`NetFd::io`]. `skipped_at`: `Some(t)` skips the first try of `op`
+    /// because a read under the poll descriptor's tick `t` drained the
+    /// socket (`stream_read`); `None` tries `op` first.
+    ///
+    /// Several waiters per direction (Go serialises them with fdMutex
+    /// before the first syscall; goro only once one has to wait, so the
+    /// common case takes no lock). The direction's lock admits one waiter
+    /// to the poll slot at a time. A goroutine that got EAGAIN and then
+    /// waited for the lock may find that the waiter before it consumed the
+    /// readiness of an edge that also covers data for it (one edge for two
+    /// datagrams, or for two connections in the accept queue): no new edge
+    /// comes, and waiting on the slot would hang. So after taking the lock
+    /// it retries `op` before waiting if an edge was harvested since its
+    /// EAGAIN (the descriptor's tick for `mode` moved). If the tick did not
+    /// move, any data that arrived after that EAGAIN has an edge not yet
+    /// harvested, whose readiness can only reach this waiter: the slot is
+    /// only waited on under the lock. The tick is read before the syscall;
+    /// the socket lock the kernel takes and releases inside the syscall
+    /// orders that load before the arrival of any data the syscall missed,
+    /// hence before the harvest of its edge.
     fn io_with<R>(
         &self,
         mode: Mode,
         deadline: Option<i64>,
-        try_first: bool,
+        skipped_at: Option<u32>,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         if self.pd.is_closing() {
             return Err(closed());
         }
-        if try_first {
-            match op() {
-                Err(e) if retry(&e) => {}
-                r => return r,
+        let tick = match skipped_at {
+            Some(t) => t,
+            None => {
+                let t = self.pd.tick(mode);
+                match op() {
+                    Err(e) if retry(&e) => {}
+                    r => return r,
+                }
+                t
             }
-        }
+        };
         let _guard = match mode {
             Mode::Read => self.rlock.lock(),
             Mode::Write => self.wlock.lock(),
         };
+        let mut try_now = self.pd.tick(mode) != tick;
         loop {
             if self.pd.is_closing() {
                 return Err(closed());
             }
-            if deadline.is_some_and(|d| d <= crate::os::nanotime()) {
-                return Err(timed_out());
+            if !try_now {
+                if deadline.is_some_and(|d| d <= crate::os::nanotime()) {
+                    return Err(timed_out());
+                }
+                self.pd.wait(mode, deadline);
+                if self.pd.is_closing() {
+                    return Err(closed());
+                }
             }
-            self.pd.wait(mode, deadline);
-            if self.pd.is_closing() {
-                return Err(closed());
-            }
+            try_now = false;
             match op() {
                 Err(e) if retry(&e) => {}
                 r => return r,

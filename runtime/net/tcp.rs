@@ -174,7 +174,8 @@ impl Iterator for Incoming<'_> {
 /// A TCP connection (Go's net.TCPConn; std's `TcpStream` shape). Reads and
 /// writes park the calling goroutine until the socket is ready; `Read` and
 /// `Write` are implemented for `TcpStream` and `&TcpStream` (one reader and
-/// one writer at a time wait; more queue on a goroutine mutex).
+/// one writer at a time wait on the poller; more queue on a goroutine
+/// mutex and are all woken as data or space arrives).
 pub struct TcpStream {
     fd: NetFd,
     inner: std::net::TcpStream,
