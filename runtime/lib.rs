@@ -696,6 +696,13 @@ pub mod __private {
         }
     }
 
+    /// Whether the calling thread's M is inside a runtime critical section
+    /// (where parking is forbidden), so a test can check that user code
+    /// (a destructor) never runs in one.
+    pub fn in_critical_section() -> bool {
+        crate::m::in_critical_section()
+    }
+
     /// Whether the goroutine with id `goid` is parked (Waiting), so a test
     /// can act only once a peer really sleeps; None if no live G has that
     /// id. Racy snapshot, as GODEBUG=scheddetail reads it.

@@ -359,6 +359,17 @@ pub(crate) fn releasem(mp: *mut M) {
     }
 }
 
+/// Whether this thread's M is inside a runtime critical section
+/// ([`acquirem`]): code there must not park (it would sleep with
+/// preemption and blocking detection off for its M, and release the
+/// section on another thread if it resumed elsewhere).
+#[inline]
+pub(crate) fn in_critical_section() -> bool {
+    let mp = getm();
+    // SAFETY: this thread's M; `locks` is written only by this thread.
+    !mp.is_null() && unsafe { (*mp).locks.get() } > 0
+}
+
 /// RAII form of [`acquirem`]/[`releasem`].
 pub(crate) struct MLock(*mut M);
 

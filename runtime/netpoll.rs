@@ -477,7 +477,7 @@ impl PollDesc {
                 if left <= 0 {
                     return;
                 }
-                ((left + 999_999) / 1_000_000).min(i32::MAX as i64) as i32
+                (left.saturating_add(999_999) / 1_000_000).min(i32::MAX as i64) as i32
             }
         };
         // SAFETY: pfd is one valid pollfd.
@@ -606,7 +606,7 @@ fn wait(ep: i32, events: &mut [libc::epoll_event], delay: i64) -> i32 {
     } else if delay == 0 {
         0
     } else {
-        ((delay + 999_999) / 1_000_000).min(i32::MAX as i64) as i32
+        (delay.saturating_add(999_999) / 1_000_000).min(i32::MAX as i64) as i32
     };
     // SAFETY: events is a valid buffer of events.len() entries.
     let r = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, ms) };

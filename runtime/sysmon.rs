@@ -354,7 +354,7 @@ fn sysmon_wait(cap_ns: i64) -> bool {
         .min();
     // The rescue fires 1 ms after a timer is due.
     let sleep = match next {
-        Some(w) => (w + 1_000_000 - now).min(60_000_000_000),
+        Some(w) => (w.saturating_add(1_000_000) - now).min(60_000_000_000),
         None => 60_000_000_000,
     }
     .min(cap_ns);

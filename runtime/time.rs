@@ -23,6 +23,13 @@ pub(crate) fn deadline_after(d: Duration) -> Option<i64> {
     crate::os::nanotime().checked_add(ns)
 }
 
+/// Go's `when(d)`: the monotonic time `d` from now in ns, saturating at
+/// `i64::MAX` (a timer that never fires, but is pending: a goroutine
+/// waiting for it is asleep, not deadlocked).
+pub(crate) fn when_after(d: Duration) -> i64 {
+    deadline_after(d).unwrap_or(i64::MAX)
+}
+
 /// Adds a timer to the current P (or P 0 from a thread without one) and
 /// makes sure an M will wake for it (Go's addtimer + wakeNetPoller).
 pub(crate) fn add_timer(when: i64, action: Action) {
@@ -62,20 +69,13 @@ pub fn sleep(d: Duration) {
         }
         return;
     }
-    match deadline_after(d) {
-        Some(when) => crate::park::gopark(
-            Some(sleep_commit),
-            when as usize as *mut u8,
-            crate::waitreason::WaitReason::Sleep,
-        ),
-        None => loop {
-            crate::park::gopark(
-                None,
-                core::ptr::null_mut(),
-                crate::waitreason::WaitReason::SelectNoCases,
-            );
-        },
-    }
+    // Duration::MAX parks on a timer at i64::MAX, as in Go: asleep (the
+    // deadlock check counts it as waiting for time), never woken.
+    crate::park::gopark(
+        Some(sleep_commit),
+        when_after(d) as usize as *mut u8,
+        crate::waitreason::WaitReason::Sleep,
+    );
 }
 
 /// Ticker period in ns for `d`: at least 1 ns, `i64::MAX` if it overflows.

@@ -157,15 +157,15 @@ impl TimerCore {
         // The entry is added after `st` is released: adding may purge the
         // heap and drop other timers (and their closures). If a stop or
         // reset slips in between, this entry is simply stale.
-        if let Some(when) = crate::time::deadline_after(d) {
-            crate::time::add_timer(
-                when,
-                Action::User {
-                    t: self.clone(),
-                    gen,
-                },
-            );
-        }
+        // An overflowing `d` (Duration::MAX) is a timer at i64::MAX: it
+        // never fires but is pending, as in Go.
+        crate::time::add_timer(
+            crate::time::when_after(d),
+            Action::User {
+                t: self.clone(),
+                gen,
+            },
+        );
         active
     }
 
@@ -217,12 +217,16 @@ fn next_tick(when: i64, now: i64, period: i64) -> i64 {
 
 /// Drops a heap entry's reference to a user timer. If it is the last one
 /// of an `after_func` timer (stopped, its handle dropped), dropping it runs
-/// the user's closure's destructor, which may block on goro objects; off a
-/// goroutine (on g0, where timers run) that is done in a new goroutine.
-/// (Racy: if the handle is dropped at the same moment, the destructor may
-/// still run here; it then must not park, like any code on g0.)
+/// the user's closure's destructor, which may block on goro objects. Where
+/// that cannot park — on g0, where timers run, or inside a runtime critical
+/// section, where `Timers::add` purges stale entries — it is done in a new
+/// goroutine. (Racy: if the handle is dropped at the same moment, the
+/// destructor may still run here; it then must not park, like any code on
+/// g0.)
 fn release(t: Arc<TimerCore>) {
-    if matches!(t.kind, Kind::Func(_)) && Arc::strong_count(&t) == 1 && !crate::park::in_goroutine()
+    if matches!(t.kind, Kind::Func(_))
+        && Arc::strong_count(&t) == 1
+        && (!crate::park::in_goroutine() || crate::m::in_critical_section())
     {
         // On failure the closure, and `t` with it, is dropped here anyway.
         let _ = crate::proc::spawn_with(move || drop(t), None, None);

@@ -43,6 +43,7 @@ const TESTS: &[Test] = &[
     ("deadlock_report", deadlock_report),
     ("deadlock_off", deadlock_off),
     ("no_deadlock_timer_pending", no_deadlock_timer_pending),
+    ("no_deadlock_sleep_forever", no_deadlock_sleep_forever),
     (
         "no_deadlock_plain_thread_sender",
         no_deadlock_plain_thread_sender,
@@ -163,6 +164,7 @@ fn child(name: &str) {
         "deadlock" => child_deadlock(),
         "sigquit" => child_sigquit(),
         "timer" => child_timer(),
+        "sleep_forever" => child_sleep_forever(),
         "plain_sender" => child_plain_sender(),
         "blocking" => child_blocking(),
         "run_from_plain" => child_run_from_plain(),
@@ -224,6 +226,17 @@ fn child_timer() {
     // stopped at the M blocked in netpoll until the timer (0) or at the
     // timer itself (1).
     child_ok_after_rejection(before, &[0, 1]);
+}
+
+/// Every goroutine sleeps for `Duration::MAX`, on a timer at i64::MAX (as
+/// in Go: pending, never fires): asleep, not deadlocked.
+fn child_sleep_forever() {
+    goro::start(goro::Config::from_env().max_procs(2)).unwrap();
+    goro::run(|| {
+        let h = goro::spawn(|| goro::time::Timer::new(Duration::MAX).recv());
+        goro::time::sleep(Duration::MAX);
+        drop(h);
+    });
 }
 
 /// A plain thread (started inside a goroutine) holds the Sender and sends
@@ -378,6 +391,19 @@ fn expect_ok(name: &str) {
 
 fn no_deadlock_timer_pending() {
     expect_ok("timer");
+}
+
+/// `sleep(Duration::MAX)` and a `Duration::MAX` timer sleep forever, as in
+/// Go (killed after 3 s, a hang detector as in `deadlock_off`). Before
+/// session 21 they parked with no timer and were reported as a deadlock.
+fn no_deadlock_sleep_forever() {
+    let o = spawn_child(
+        "sleep_forever",
+        &[],
+        Some(Duration::from_secs(if common::qemu() { 10 } else { 3 })),
+    );
+    assert_ne!(o.code, Some(2), "{}", o.stderr);
+    assert!(!o.stderr.contains("deadlock"), "{}", o.stderr);
 }
 
 fn no_deadlock_plain_thread_sender() {

@@ -501,6 +501,43 @@ fn after_func_closure_dropped_in_goroutine() {
     panic!("the after_func timer fired before stop in 100 rounds");
 }
 
+/// The same closure dropped by a purge: adding a timer to a heap full of
+/// stale entries discards them inside the runtime's critical section
+/// (the heap lock, no preemption), where a destructor that parks would
+/// sleep with its M marked busy and release the section on another
+/// thread. The destructor must run outside it (in a goroutine) and may
+/// park. It ran inside it before session 21.
+#[test]
+fn after_func_closure_dropped_by_a_purge_may_park() {
+    let _w = common::watchdog();
+    struct OnDrop(goro::Sender<(Option<u64>, bool)>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            let critical = goro::__private::in_critical_section();
+            // Parks (a timer), which is what must be allowed here.
+            sleep(Duration::from_millis(1));
+            let _ = self.0.try_send((goro::current_id(), critical));
+        }
+    }
+    run(|| {
+        let (tx, rx) = chan(1);
+        let d = OnDrop(tx);
+        let t = after_func(Duration::from_secs(3600), move || {
+            let _keep = &d;
+        });
+        assert!(t.stop());
+        drop(t); // the stale heap entry is now the closure's only owner
+        // Fill this P's heap past its purge threshold (1,024 entries).
+        let mut keep = Vec::new();
+        while rx.is_empty() && keep.len() < 100_000 {
+            keep.push(after(Duration::from_secs(3600)));
+        }
+        let (who, critical) = rx.recv().unwrap();
+        assert!(who.is_some(), "dropped off a goroutine");
+        assert!(!critical, "dropped inside a runtime critical section");
+    });
+}
+
 /// TestAfterStop: stopped timers (func and channel) never fire; stop
 /// reports true once, then false.
 #[test]
