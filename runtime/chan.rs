@@ -487,16 +487,58 @@ impl Hchan {
     /// Drops values moved out by `take_buffered_locked` (lock not held).
     fn drop_drained(&self, mut d: Drained) {
         let base = d.bytes.as_mut_ptr().wrapping_add(d.off);
-        for i in 0..d.n {
-            // SAFETY: each holds a moved-out T (ZSTs: dangling is fine).
-            unsafe {
-                (self.drop_elem)(if self.elemsize == 0 {
-                    self.buf
+        let (buf, size) = (self.buf, self.elemsize);
+        // SAFETY: each of the d.n slots holds a moved-out T (ZSTs: the
+        // dangling buf is fine), dropped once.
+        unsafe {
+            drop_elems(self.drop_elem, d.n, |i| {
+                if size == 0 {
+                    buf
                 } else {
-                    base.wrapping_add(i * self.elemsize)
-                })
-            };
+                    base.wrapping_add(i * size)
+                }
+            })
+        };
+    }
+}
+
+/// Drops `n` values, the `i`th at `at(i)`, as a slice drops its elements:
+/// a destructor that panics does not leak the rest (they are dropped while
+/// the panic unwinds; a second panic then aborts, as in std).
+///
+/// # Safety
+/// Each `at(i)` for `i < n` holds an initialised value of the type
+/// `drop_elem` drops, not dropped elsewhere.
+unsafe fn drop_elems(drop_elem: unsafe fn(*mut u8), n: usize, at: impl Fn(usize) -> *mut u8) {
+    struct Rest<F: Fn(usize) -> *mut u8> {
+        i: usize,
+        n: usize,
+        drop_elem: unsafe fn(*mut u8),
+        at: F,
+    }
+    impl<F: Fn(usize) -> *mut u8> Drop for Rest<F> {
+        fn drop(&mut self) {
+            // Runs only if a destructor below panicked (else i == n).
+            while self.i < self.n {
+                let p = (self.at)(self.i);
+                self.i += 1;
+                // SAFETY: as for `drop_elems`; `i` moved past it first.
+                unsafe { (self.drop_elem)(p) };
+            }
         }
+    }
+    let mut rest = Rest {
+        i: 0,
+        n,
+        drop_elem,
+        at,
+    };
+    while rest.i < rest.n {
+        let p = (rest.at)(rest.i);
+        rest.i += 1;
+        // SAFETY: the caller's contract; `i` moved past it first, so an
+        // unwind from here does not drop it again.
+        unsafe { drop_elem(p) };
     }
 }
 
@@ -510,17 +552,23 @@ struct Drained {
 
 impl Drop for Hchan {
     fn drop(&mut self) {
-        let st = self.st.get_mut();
+        /// Frees the buffer, also if an element's destructor panics.
+        struct Free(*mut u8, std::alloc::Layout);
+        impl Drop for Free {
+            fn drop(&mut self) {
+                if self.1.size() != 0 {
+                    // SAFETY: allocated in Hchan::new with this layout.
+                    unsafe { std::alloc::dealloc(self.0, self.1) };
+                }
+            }
+        }
+        let _free = Free(self.buf, self.layout);
+        let recvx = self.st.get_mut().recvx;
         let n = *self.qcount.get_mut();
-        for _ in 0..n {
-            // SAFETY: the buffered element at recvx is initialised.
-            unsafe { (self.drop_elem)(self.buf.wrapping_add(st.recvx * self.elemsize)) };
-            st.recvx = (st.recvx + 1) % self.dataqsiz.max(1);
-        }
-        if self.layout.size() != 0 {
-            // SAFETY: allocated in new with this layout.
-            unsafe { std::alloc::dealloc(self.buf, self.layout) };
-        }
+        let (buf, size, cap) = (self.buf, self.elemsize, self.dataqsiz.max(1));
+        // SAFETY: the n buffered elements from recvx on are initialised
+        // and dropped once, here.
+        unsafe { drop_elems(self.drop_elem, n, |i| buf.wrapping_add((recvx + i) % cap * size)) };
     }
 }
 

@@ -625,7 +625,18 @@ where
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
             // Goroutine-locals die with the goroutine, before join sees it.
             let _ = std::panic::catch_unwind(crate::local::drop_locals);
-            their.complete(r);
+            // With the handle gone (detached), the packet's last owner is
+            // `their`: the result or panic payload is dropped here. A
+            // destructor that panics must not unwind into the goroutine's
+            // entry (no frame there can catch it): abort with a clear
+            // message, as std does for a thread's result.
+            let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                their.complete(r);
+                drop(their);
+            }));
+            if done.is_err() {
+                crate::throw::throw("a detached goroutine's result or panic payload panicked on drop");
+            }
         },
         stack_size,
         name,

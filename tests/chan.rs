@@ -729,3 +729,49 @@ fn timeout_races_completion_mixed() {
         timeout_races(false, true);
     });
 }
+
+/// A buffered value whose destructor panics does not leak the others: the
+/// channel drops the rest while the panic unwinds, as a Vec does, whichever
+/// side is dropped last and wherever the panicking value sits in the ring.
+#[test]
+fn panicking_drop_of_a_buffered_value_drops_the_rest() {
+    let _w = common::watchdog();
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    struct D(bool);
+    impl Drop for D {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, SeqCst);
+            if self.0 {
+                panic!("a buffered value's destructor panicked (expected)");
+            }
+        }
+    }
+    run(|| {
+        for receiver_last in [false, true] {
+            for bad in 0..3 {
+                DROPS.store(0, SeqCst);
+                let (tx, rx) = chan::<D>(4);
+                // Wrap the ring: recvx starts at 2.
+                for _ in 0..2 {
+                    tx.send(D(false)).unwrap();
+                    drop(rx.recv().unwrap());
+                }
+                for i in 0..3 {
+                    tx.send(D(i == bad)).unwrap();
+                }
+                DROPS.store(0, SeqCst);
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                    if receiver_last {
+                        drop(tx);
+                        drop(rx);
+                    } else {
+                        drop(rx);
+                        drop(tx);
+                    }
+                }));
+                assert!(r.is_err(), "the destructor's panic was swallowed");
+                assert_eq!(DROPS.load(SeqCst), 3, "receiver_last {receiver_last}, bad {bad}");
+            }
+        }
+    });
+}

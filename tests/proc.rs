@@ -1473,3 +1473,73 @@ fn shrink_keeps_queued_goroutines() {
         })
     });
 }
+
+/// A detached goroutine's result, or its panic payload, whose destructor
+/// panics: nothing can catch that panic (the handle is gone), so the
+/// process aborts, as std does for a thread's result, with a message that
+/// says why. It used to unwind into the goroutine's entry, where Rust's
+/// runtime aborted with "failed to initiate panic, error 5".
+#[test]
+fn detached_result_panicking_on_drop_aborts_clearly() {
+    const ENV: &str = "GORO_PROC_BOMB_CHILD";
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("Bomb::drop");
+        }
+    }
+    if let Ok(mode) = std::env::var(ENV) {
+        goro::run(move || {
+            let (tx, rx) = goro::chan::<()>(0);
+            let h = if mode == "payload" {
+                goro::spawn(move || {
+                    let _ = rx.recv();
+                    std::panic::panic_any(Bomb)
+                })
+            } else {
+                goro::spawn(move || {
+                    let _ = rx.recv();
+                    Bomb
+                })
+            };
+            drop(h); // detached before it finishes
+            tx.send(()).unwrap();
+            // The goroutine now ends and drops its Bomb; wait for the abort.
+            loop {
+                goro::time::sleep(Duration::from_secs(1));
+            }
+        });
+        return;
+    }
+    let _s = serial();
+    for mode in ["payload", "result"] {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
+            let mut c = std::process::Command::new("qemu-aarch64");
+            c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let out = cmd
+            .args([
+                "detached_result_panicking_on_drop_aborts_clearly",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ENV, mode)
+            .output()
+            .expect("re-executing the test binary");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{mode}: {stderr}");
+        assert!(
+            stderr.contains(
+                "fatal error: a detached goroutine's result or panic payload panicked on drop"
+            ),
+            "{mode}: {stderr}"
+        );
+        assert!(stderr.contains("Bomb::drop"), "{mode}: {stderr}");
+    }
+}
