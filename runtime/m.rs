@@ -75,9 +75,28 @@ impl Note {
     }
 }
 
-/// Initial fastrand state of the M with id `id`.
+/// Initial fastrand state of the M with id `id` (Go's mcommoninit: the id
+/// hashed with the process's startup random bytes, and the clock), so
+/// `select!` choices and steal orders differ between runs as in Go.
 fn fastrand_seed(id: i64) -> u64 {
-    0x9E37_79B9_7F4A_7C15 ^ (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
+    // SAFETY: getauxval has no preconditions; AT_RANDOM, when present
+    // (always on Linux), points at 16 random bytes the kernel placed on
+    // the initial stack, readable for the process's life.
+    let r = unsafe {
+        let p = libc::getauxval(libc::AT_RANDOM) as *const u64;
+        if p.is_null() {
+            0
+        } else {
+            p.read_unaligned()
+        }
+    };
+    let x = (id as u64).wrapping_mul(0xD1B5_4A32_D192_ED03)
+        ^ r
+        ^ (crate::os::nanotime() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // splitmix64's finaliser.
+    let x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
 }
 
 /// An OS thread running goroutines. The struct is never freed: raw `*mut M`

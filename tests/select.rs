@@ -1337,3 +1337,66 @@ fn stale_timeouts_never_end_a_later_wait() {
         sender.join().unwrap();
     });
 }
+
+/// Go seeds its random choices per run (startup random bytes, the clock):
+/// the same program makes different `select!` choices in two processes.
+/// Each child makes 64 choices between two ready arms; two runs agree by
+/// chance with probability 2^-64. They agreed every time before session
+/// 21 (the seed was the M's id alone).
+#[test]
+fn select_choices_differ_between_runs() {
+    const ENV: &str = "GORO_SELECT_SEED_CHILD";
+    if std::env::var(ENV).is_ok() {
+        let s = run(|| {
+            let (tx1, rx1) = chan::<u8>(1);
+            let (tx2, rx2) = chan::<u8>(1);
+            (0..64)
+                .map(|_| {
+                    tx1.send(b'1').unwrap();
+                    tx2.send(b'2').unwrap();
+                    let v = goro::select! {
+                        recv(rx1) -> v => v.unwrap(),
+                        recv(rx2) -> v => v.unwrap(),
+                    };
+                    let _ = (rx1.try_recv(), rx2.try_recv());
+                    char::from(v)
+                })
+                .collect::<String>()
+        });
+        println!("CHOICES {s}");
+        return;
+    }
+    let choices: Vec<String> = (0..2)
+        .map(|_| {
+            let exe = std::env::current_exe().unwrap();
+            let mut cmd = if common::qemu() && std::env::consts::ARCH == "aarch64" {
+                let mut c = std::process::Command::new("qemu-aarch64");
+                c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+                c
+            } else {
+                std::process::Command::new(&exe)
+            };
+            let out = cmd
+                .args([
+                    "select_choices_differ_between_runs",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(ENV, "1")
+                .env("GOMAXPROCS", "1")
+                .output()
+                .expect("re-executing the test binary");
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(out.status.success(), "{stdout}");
+            // The harness prints "test ... " before the child's line.
+            stdout
+                .split("CHOICES ")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap_or_else(|| panic!("no CHOICES line: {stdout}"))
+                .to_string()
+        })
+        .collect();
+    assert_ne!(choices[0], choices[1], "the same choices in two runs");
+}
