@@ -568,7 +568,11 @@ impl Drop for Hchan {
         let (buf, size, cap) = (self.buf, self.elemsize, self.dataqsiz.max(1));
         // SAFETY: the n buffered elements from recvx on are initialised
         // and dropped once, here.
-        unsafe { drop_elems(self.drop_elem, n, |i| buf.wrapping_add((recvx + i) % cap * size)) };
+        unsafe {
+            drop_elems(self.drop_elem, n, |i| {
+                buf.wrapping_add((recvx + i) % cap * size)
+            })
+        };
     }
 }
 

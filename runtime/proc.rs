@@ -635,7 +635,9 @@ where
                 drop(their);
             }));
             if done.is_err() {
-                crate::throw::throw("a detached goroutine's result or panic payload panicked on drop");
+                crate::throw::throw(
+                    "a detached goroutine's result or panic payload panicked on drop",
+                );
             }
         },
         stack_size,

@@ -770,7 +770,11 @@ fn panicking_drop_of_a_buffered_value_drops_the_rest() {
                     }
                 }));
                 assert!(r.is_err(), "the destructor's panic was swallowed");
-                assert_eq!(DROPS.load(SeqCst), 3, "receiver_last {receiver_last}, bad {bad}");
+                assert_eq!(
+                    DROPS.load(SeqCst),
+                    3,
+                    "receiver_last {receiver_last}, bad {bad}"
+                );
             }
         }
     });

@@ -527,7 +527,7 @@ fn after_func_closure_dropped_by_a_purge_may_park() {
         });
         assert!(t.stop());
         drop(t); // the stale heap entry is now the closure's only owner
-        // Fill this P's heap past its purge threshold (1,024 entries).
+                 // Fill this P's heap past its purge threshold (1,024 entries).
         let mut keep = Vec::new();
         while rx.is_empty() && keep.len() < 100_000 {
             keep.push(after(Duration::from_secs(3600)));

@@ -265,6 +265,43 @@ pub(crate) fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
+/// `sendmsg(2)` of `bufs` with MSG_NOSIGNAL (a `writev` that cannot raise
+/// SIGPIPE). At most IOV_MAX (1,024) buffers per call: a short count, as
+/// `Write::write_vectored` allows.
+pub(crate) fn sendmsg_nosignal(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    // IoSlice is ABI-compatible with iovec on Unix (std guarantees it).
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len().min(1024) as _;
+    // SAFETY: msg points at bufs.len() (capped) valid iovecs, which
+    // sendmsg only reads.
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// `readv(2)` into `bufs` (at most IOV_MAX, 1,024, buffers per call).
+pub(crate) fn readv(fd: RawFd, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+    // SAFETY: IoSliceMut is ABI-compatible with iovec on Unix; each is a
+    // valid writable buffer, and the count is capped at the slice length.
+    let r = unsafe {
+        libc::readv(
+            fd,
+            bufs.as_mut_ptr() as *const libc::iovec,
+            bufs.len().min(1024) as libc::c_int,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 /// Resolves `addr` inside `goro::blocking` (getaddrinfo blocks the thread).
 pub(crate) fn resolve<A: std::net::ToSocketAddrs>(
     addr: A,

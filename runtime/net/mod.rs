@@ -116,19 +116,51 @@ use common_socket_methods;
 /// Read/Write for `T` and `&T` via `fn read_impl` / `fn write_impl`.
 macro_rules! stream_io {
     ($t:ty) => {
+        impl $t {
+            /// readv(2), parking until readable.
+            fn read_vectored_impl(
+                &self,
+                bufs: &mut [std::io::IoSliceMut<'_>],
+            ) -> std::io::Result<usize> {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&self.inner);
+                self.fd.read_io(|| super::fd::readv(fd, bufs))
+            }
+
+            /// sendmsg(2) with MSG_NOSIGNAL (writev without SIGPIPE),
+            /// parking until writable.
+            fn write_vectored_impl(&self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&self.inner);
+                self.fd.write_io(|| super::fd::sendmsg_nosignal(fd, bufs))
+            }
+        }
         impl std::io::Read for $t {
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
                 self.read_impl(buf)
+            }
+            fn read_vectored(
+                &mut self,
+                bufs: &mut [std::io::IoSliceMut<'_>],
+            ) -> std::io::Result<usize> {
+                self.read_vectored_impl(bufs)
             }
         }
         impl std::io::Read for &$t {
             fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
                 self.read_impl(buf)
             }
+            fn read_vectored(
+                &mut self,
+                bufs: &mut [std::io::IoSliceMut<'_>],
+            ) -> std::io::Result<usize> {
+                self.read_vectored_impl(bufs)
+            }
         }
         impl std::io::Write for $t {
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
                 self.write_impl(buf)
+            }
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                self.write_vectored_impl(bufs)
             }
             fn flush(&mut self) -> std::io::Result<()> {
                 Ok(())
@@ -137,6 +169,9 @@ macro_rules! stream_io {
         impl std::io::Write for &$t {
             fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
                 self.write_impl(buf)
+            }
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                self.write_vectored_impl(bufs)
             }
             fn flush(&mut self) -> std::io::Result<()> {
                 Ok(())

@@ -126,6 +126,12 @@ impl TcpListener {
     }
 
     /// Deregisters the socket and returns it as a blocking std listener.
+    ///
+    /// The blocking mode belongs to the socket, not the handle: goro
+    /// handles made from this one with `try_clone` (dup) become blocking
+    /// too, so a goroutine using one then blocks its thread and its
+    /// timeouts stop applying. Convert the last handle, or move every
+    /// clone to std.
     pub fn into_std(self) -> io::Result<std::net::TcpListener> {
         let TcpListener { fd, inner } = self;
         drop(fd);
@@ -139,6 +145,10 @@ common_socket_methods!(TcpListener);
 impl TryFrom<std::net::TcpListener> for TcpListener {
     type Error = io::Error;
     /// Takes over a std listener: makes it non-blocking and registers it.
+    ///
+    /// The non-blocking mode belongs to the socket, not the handle: std
+    /// handles cloned from `inner` (`try_clone`, dup) become non-blocking
+    /// too and return `WouldBlock` where they blocked.
     fn try_from(inner: std::net::TcpListener) -> io::Result<TcpListener> {
         inner.set_nonblocking(true)?;
         Ok(TcpListener {
@@ -299,6 +309,12 @@ impl TcpStream {
     }
 
     /// Deregisters the socket and returns it as a blocking std stream.
+    ///
+    /// The blocking mode belongs to the socket, not the handle: goro
+    /// handles made from this one with `try_clone` (dup) become blocking
+    /// too, so a goroutine using one then blocks its thread and its
+    /// timeouts stop applying. Convert the last handle, or move every
+    /// clone to std.
     pub fn into_std(self) -> io::Result<std::net::TcpStream> {
         let TcpStream { fd, inner } = self;
         drop(fd);
@@ -314,6 +330,10 @@ impl From<std::net::TcpStream> for TcpStream {
     /// Takes over a connected std stream: makes it non-blocking and
     /// registers it with the poller. Panics if either fails (only on
     /// resource exhaustion: epoll_ctl ENOMEM/ENOSPC).
+    ///
+    /// The non-blocking mode belongs to the socket, not the handle: std
+    /// handles cloned from `inner` (`try_clone`, dup) become non-blocking
+    /// too and return `WouldBlock` where they blocked.
     fn from(inner: std::net::TcpStream) -> TcpStream {
         inner
             .set_nonblocking(true)

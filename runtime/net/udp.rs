@@ -92,6 +92,12 @@ impl UdpSocket {
     }
 
     /// Deregisters the socket and returns it as a blocking std socket.
+    ///
+    /// The blocking mode belongs to the socket, not the handle: goro
+    /// handles made from this one with `try_clone` (dup) become blocking
+    /// too, so a goroutine using one then blocks its thread and its
+    /// timeouts stop applying. Convert the last handle, or move every
+    /// clone to std.
     pub fn into_std(self) -> io::Result<std::net::UdpSocket> {
         let UdpSocket { fd, inner } = self;
         drop(fd);
@@ -105,6 +111,10 @@ common_socket_methods!(UdpSocket);
 impl TryFrom<std::net::UdpSocket> for UdpSocket {
     type Error = io::Error;
     /// Takes over a std socket: non-blocking and registered.
+    ///
+    /// The non-blocking mode belongs to the socket, not the handle: std
+    /// handles cloned from `inner` (`try_clone`, dup) become non-blocking
+    /// too and return `WouldBlock` where they blocked.
     fn try_from(s: std::net::UdpSocket) -> io::Result<UdpSocket> {
         UdpSocket::wrap(s)
     }

@@ -57,9 +57,40 @@ impl UnixListener {
             inner,
         })
     }
+
+    /// Deregisters the socket and returns it as a blocking std listener.
+    ///
+    /// The blocking mode belongs to the socket, not the handle: goro
+    /// handles made from this one with `try_clone` (dup) become blocking
+    /// too, so a goroutine using one then blocks its thread and its
+    /// timeouts stop applying. Convert the last handle, or move every
+    /// clone to std.
+    pub fn into_std(self) -> io::Result<std::os::unix::net::UnixListener> {
+        let UnixListener { fd, inner } = self;
+        drop(fd);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
 }
 
 common_socket_methods!(UnixListener);
+
+impl TryFrom<std::os::unix::net::UnixListener> for UnixListener {
+    type Error = io::Error;
+    /// Takes over a std listener: makes it non-blocking and registers it.
+    /// Errors: fcntl's or epoll_ctl's (resource exhaustion).
+    ///
+    /// The non-blocking mode belongs to the socket, not the handle: std
+    /// handles cloned from it (`try_clone`, dup) become non-blocking too
+    /// and return `WouldBlock` where they blocked.
+    fn try_from(inner: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
+        inner.set_nonblocking(true)?;
+        Ok(UnixListener {
+            fd: NetFd::new(inner.as_raw_fd())?,
+            inner,
+        })
+    }
+}
 
 /// Iterator returned by [`UnixListener::incoming`]; never returns `None`.
 pub struct UnixIncoming<'a> {
@@ -135,6 +166,12 @@ impl UnixStream {
     }
 
     /// Deregisters the socket and returns it as a blocking std stream.
+    ///
+    /// The blocking mode belongs to the socket, not the handle: goro
+    /// handles made from this one with `try_clone` (dup) become blocking
+    /// too, so a goroutine using one then blocks its thread and its
+    /// timeouts stop applying. Convert the last handle, or move every
+    /// clone to std.
     pub fn into_std(self) -> io::Result<std::os::unix::net::UnixStream> {
         let UnixStream { fd, inner } = self;
         drop(fd);
@@ -145,6 +182,19 @@ impl UnixStream {
 
 common_socket_methods!(UnixStream);
 stream_io!(UnixStream);
+
+impl TryFrom<std::os::unix::net::UnixStream> for UnixStream {
+    type Error = io::Error;
+    /// Takes over a connected std stream: makes it non-blocking and
+    /// registers it. Errors: fcntl's or epoll_ctl's (resource exhaustion).
+    ///
+    /// The non-blocking mode belongs to the socket, not the handle: std
+    /// handles cloned from it (`try_clone`, dup) become non-blocking too
+    /// and return `WouldBlock` where they blocked.
+    fn try_from(inner: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
+        UnixStream::wrap(inner)
+    }
+}
 
 /// A Unix datagram socket (std's `UnixDatagram` shape). Receives park
 /// until a datagram arrives.
@@ -219,9 +269,41 @@ impl UnixDatagram {
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.inner.shutdown(how)
     }
+
+    /// A second handle to the same socket (dup), registered separately.
+    pub fn try_clone(&self) -> io::Result<UnixDatagram> {
+        UnixDatagram::wrap(self.inner.try_clone()?)
+    }
+
+    /// Deregisters the socket and returns it as a blocking std socket.
+    ///
+    /// The blocking mode belongs to the socket, not the handle: goro
+    /// handles made from this one with `try_clone` (dup) become blocking
+    /// too, so a goroutine using one then blocks its thread and its
+    /// timeouts stop applying. Convert the last handle, or move every
+    /// clone to std.
+    pub fn into_std(self) -> io::Result<std::os::unix::net::UnixDatagram> {
+        let UnixDatagram { fd, inner } = self;
+        drop(fd);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
 }
 
 common_socket_methods!(UnixDatagram);
+
+impl TryFrom<std::os::unix::net::UnixDatagram> for UnixDatagram {
+    type Error = io::Error;
+    /// Takes over a std socket: makes it non-blocking and registers it.
+    /// Errors: fcntl's or epoll_ctl's (resource exhaustion).
+    ///
+    /// The non-blocking mode belongs to the socket, not the handle: std
+    /// handles cloned from it (`try_clone`, dup) become non-blocking too
+    /// and return `WouldBlock` where they blocked.
+    fn try_from(inner: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
+        UnixDatagram::wrap(inner)
+    }
+}
 
 macro_rules! unix_debug {
     ($t:ident) => {
