@@ -1038,6 +1038,15 @@ fn handoff_to_locked(m: &M, pp: &P) -> LockedHandoff {
     if w != 0 && w <= os::nanotime() {
         return LockedHandoff::No;
     }
+    // Nor may it skip findRunnable's fairness check of the global queue:
+    // locked Gs handing the P to each other (yielding, or a channel
+    // ping-pong) keep the local queue non-empty for ever, and a G readied
+    // from a plain thread or a syscall would never run.
+    if pp.schedtick.get() % GLOBAL_FAIRNESS_TICK == 0
+        && SCHED.runqsize.load(Ordering::Relaxed) != 0
+    {
+        return LockedHandoff::No;
+    }
     let (gp, inherit) = match pp.runq.get() {
         Some(x) => x,
         None => {

@@ -455,3 +455,46 @@ fn fork_child_exits_or_execs() {
         }
     });
 }
+
+/// Two locked goroutines that hand the only P to each other (a channel
+/// ping-pong) must not starve the global run queue: a goroutine started
+/// from a plain thread (goro::run's) still runs, through findRunnable's
+/// every-61st-schedule check of the global queue, which the direct P
+/// hand-off between locked Ms skipped until session 21 (it hung).
+#[test]
+fn locked_ping_pong_does_not_starve_the_global_queue() {
+    let _w = common::watchdog();
+    let _s = serial();
+    let prev = goro::set_max_procs(1);
+    let done = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (a_tx, a_rx) = goro::chan::<u64>(0);
+    let (b_tx, b_rx) = goro::chan::<u64>(0);
+    let (d, r) = (done.clone(), rounds.clone());
+    let ping = goro::go!(move || {
+        goro::lock_os_thread();
+        let mut v = 0;
+        while !d.load(Ordering::Relaxed) {
+            a_tx.send(v).unwrap();
+            v = b_rx.recv().unwrap();
+            r.store(v, Ordering::Relaxed);
+        }
+    });
+    let pong = goro::go!(move || {
+        goro::lock_os_thread();
+        while let Ok(v) = a_rx.recv() {
+            if b_tx.send(v + 1).is_err() {
+                break;
+            }
+        }
+    });
+    // The pair owns the P once it has exchanged a few values.
+    while rounds.load(Ordering::Relaxed) < 100 {
+        std::thread::yield_now();
+    }
+    let d = done.clone();
+    goro::run(move || d.store(true, Ordering::Relaxed));
+    ping.join().unwrap();
+    pong.join().unwrap();
+    goro::set_max_procs(prev);
+}
