@@ -451,6 +451,11 @@ unsafe extern "C" fn exitsyscall0(arg: *mut u8) -> ! {
             if m.trace.load(Ordering::Relaxed) {
                 crate::trace::slice_end();
             }
+            // A G unwinding a panic resumes on this thread (std's panic
+            // count is thread-local), as when it parks: pinned before any
+            // other M can see it. g0 shares the G's thread, hence its
+            // panic count.
+            crate::preempt::pin_if_panicking(m, gp);
             sched::globrunqput_and_wake(gp);
             // A locked M waits in schedule (stoplockedm) for its G instead.
             if m.lockedg.get().is_null() {

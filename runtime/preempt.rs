@@ -306,7 +306,13 @@ pub(crate) unsafe fn on_signal(
         refuse();
         return;
     }
-    if pinned_mode() && g.lockedm.get().is_null() && status == GStatus::Running {
+    // Migrate mode pins too while the G unwinds a panic: std's panic
+    // count is thread-local (panicking() reads an atomic, then a
+    // const-initialised thread-local: no locks, signal-safe).
+    if (pinned_mode() || std::thread::panicking())
+        && g.lockedm.get().is_null()
+        && status == GStatus::Running
+    {
         // Reserve a pinned M; released when the G runs again (execute).
         if PINNED.fetch_add(1, Ordering::Relaxed) >= PINNED_MAX.load(Ordering::Relaxed) {
             PINNED.fetch_sub(1, Ordering::Relaxed);

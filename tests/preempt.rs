@@ -1378,3 +1378,103 @@ fn preempted_goroutine_waits_behind_global_queue() {
         },
     );
 }
+
+/// The calling OS thread's kernel id.
+fn tid() -> i64 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as i64 }
+}
+
+/// Goroutines that unwind a panic through code that moves them off their
+/// P — a `goro::blocking` call the P is handed off during (and found busy
+/// after), or an asynchronous preemption in migrate mode — resume on their
+/// own thread: std's panic count is thread-local, so elsewhere the
+/// unwinding goroutine would lose it and an innocent goroutine on the old
+/// thread would see `panicking()`. Both moved until session 21 (about half
+/// the unwinding goroutines; thousands of sightings).
+fn unwind_off_p(slow_drop: fn()) {
+    static STOP: AtomicBool = AtomicBool::new(false);
+    static MOVED: AtomicU64 = AtomicU64::new(0);
+    static SAW: AtomicU64 = AtomicU64::new(0);
+    struct D(fn());
+    impl Drop for D {
+        fn drop(&mut self) {
+            let before = tid();
+            (self.0)();
+            if tid() != before {
+                MOVED.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    goro::run(move || {
+        // Innocent goroutines keep both Ps busy and watch for a panic
+        // count left behind on their thread.
+        let watchers: Vec<_> = (0..4)
+            .map(|_| {
+                goro::spawn(|| {
+                    while !STOP.load(Relaxed) {
+                        if std::thread::panicking() {
+                            SAW.fetch_add(1, Relaxed);
+                        }
+                        let mut x = 0u64;
+                        for _ in 0..20_000 {
+                            x = std::hint::black_box(x.wrapping_add(1));
+                        }
+                        goro::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..if qemu() { 4 } else { 10 } {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    goro::spawn(move || {
+                        let _d = D(slow_drop);
+                        panic!("unwinding through a slow destructor (expected)");
+                    })
+                })
+                .collect();
+            for h in hs {
+                assert!(h.join().is_err());
+            }
+        }
+        STOP.store(true, Relaxed);
+        for w in watchers {
+            w.join().unwrap();
+        }
+        assert_eq!(MOVED.load(Relaxed), 0, "an unwinding goroutine changed thread");
+        assert_eq!(SAW.load(Relaxed), 0, "a panic count was left on a thread");
+    });
+}
+
+#[test]
+fn unwinding_through_blocking_stays_on_its_thread() {
+    child(
+        "unwinding_through_blocking_stays_on_its_thread",
+        &[("GOMAXPROCS", "2")],
+        || unwind_off_p(|| goro::blocking(|| std::thread::sleep(Duration::from_millis(3)))),
+    );
+}
+
+#[test]
+fn unwinding_preempted_in_migrate_mode_stays_on_its_thread() {
+    child(
+        "unwinding_preempted_in_migrate_mode_stays_on_its_thread",
+        &[
+            ("GOMAXPROCS", "2"),
+            ("GODEBUG", "goropreempt=migrate,gorotimeslice=500"),
+        ],
+        || {
+            unwind_off_p(|| {
+                // Computes for 30 ms: preempted every 0.5 ms.
+                let t = Instant::now();
+                let mut x = 0u64;
+                while t.elapsed() < Duration::from_millis(30) {
+                    for _ in 0..1000 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
+                }
+            })
+        },
+    );
+}
