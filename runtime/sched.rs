@@ -1042,8 +1042,7 @@ fn handoff_to_locked(m: &M, pp: &P) -> LockedHandoff {
     // locked Gs handing the P to each other (yielding, or a channel
     // ping-pong) keep the local queue non-empty for ever, and a G readied
     // from a plain thread or a syscall would never run.
-    if pp.schedtick.get() % GLOBAL_FAIRNESS_TICK == 0
-        && SCHED.runqsize.load(Ordering::Relaxed) != 0
+    if pp.schedtick.get() % GLOBAL_FAIRNESS_TICK == 0 && SCHED.runqsize.load(Ordering::Relaxed) != 0
     {
         return LockedHandoff::No;
     }

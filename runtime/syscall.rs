@@ -42,18 +42,37 @@ use core::sync::atomic::Ordering;
 
 /// Proof of `enter_syscall`; `exit_syscall(guard)` or dropping it returns
 /// the goroutine to the scheduler. Not Send: exit must happen on the same
-/// goroutine (and so the same M).
+/// goroutine (and so the same M). A guard that outlives its goroutine
+/// (kept in a `thread_local!` or forgotten) is inert: the goroutine left
+/// its syscall when it exited, and dropping the guard later, on another
+/// goroutine, does nothing.
 #[must_use = "dropping the guard immediately exits the syscall"]
 pub struct SyscallGuard {
     active: bool,
+    /// The goroutine in the syscall, and its id (the G struct is reused
+    /// by later goroutines; ids are not).
+    g: *mut crate::g::G,
+    goid: u64,
     _not_send: core::marker::PhantomData<*mut ()>,
 }
 
 impl SyscallGuard {
     const INACTIVE: SyscallGuard = SyscallGuard {
         active: false,
+        g: core::ptr::null_mut(),
+        goid: 0,
         _not_send: core::marker::PhantomData,
     };
+
+    /// The guard of the running G `g`, which has just entered a syscall.
+    fn active(g: &crate::g::G) -> SyscallGuard {
+        SyscallGuard {
+            active: true,
+            g: g as *const crate::g::G as *mut crate::g::G,
+            goid: g.goid.get(),
+            _not_send: core::marker::PhantomData,
+        }
+    }
 }
 
 /// Go's entersyscall: the calling goroutine is about to make a system call
@@ -82,10 +101,7 @@ pub fn enter_syscall() -> SyscallGuard {
         crate::trace::syscall_enter(pp.id, g.goid.get());
     }
     reentersyscall(m, g, pp);
-    SyscallGuard {
-        active: true,
-        _not_send: core::marker::PhantomData,
-    }
+    SyscallGuard::active(g)
 }
 
 /// Go's reentersyscall: G → Syscall, P → Syscall kept as `m.oldp`. Also
@@ -125,10 +141,7 @@ pub fn enter_syscall_block() -> SyscallGuard {
     m.oldp.set(core::ptr::null_mut());
     crate::sysmon::HANDOFFS.fetch_add(1, Ordering::Relaxed); // statistics only
     sched::handoffp(pp);
-    SyscallGuard {
-        active: true,
-        _not_send: core::marker::PhantomData,
-    }
+    SyscallGuard::active(g)
 }
 
 /// Go's exitsyscall: take the P back (the one held before the call if
@@ -145,6 +158,19 @@ impl SyscallGuard {
             return;
         }
         self.active = false;
+        let gp = crate::m::getg();
+        // Another goroutine than the one that entered (reached through a
+        // thread-local, after that one exited — which ended its syscall):
+        // nothing to do. The goid tells a reused G struct apart. The
+        // running G's own fields: no race.
+        // SAFETY: gp is null or the running G (Gs are never freed).
+        if gp != self.g || unsafe { (*gp).goid.get() } != self.goid {
+            return;
+        }
+        // SAFETY: as above.
+        if unsafe { (*gp).status() } != GStatus::Syscall {
+            return;
+        }
         exitsyscall();
     }
 }

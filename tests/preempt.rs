@@ -1155,6 +1155,61 @@ fn forgotten_syscall_guard() {
     });
 }
 
+/// A SyscallGuard that outlives its goroutine in a `thread_local!` (which
+/// needs no `Send`) and is dropped by a later goroutine on that thread is
+/// inert: its goroutine left the syscall when it exited. Before session 21
+/// the drop ran exitsyscall for the wrong goroutine ("fatal error:
+/// casgstatus: bad transition Syscall -> Runnable").
+#[test]
+fn syscall_guard_dropped_by_another_goroutine() {
+    child(
+        "syscall_guard_dropped_by_another_goroutine",
+        &[ONE_P],
+        || {
+            use std::cell::RefCell;
+            thread_local! {
+                static STASH: RefCell<Option<goro::SyscallGuard>> = const { RefCell::new(None) };
+            }
+            goro::run(|| {
+                for _ in 0..3 {
+                    // enter_syscall keeps the P on this M (until sysmon
+                    // retakes it), so the next goroutines soon run on this
+                    // thread (or another: they find nothing; retry).
+                    goro::spawn(move || {
+                        let g = goro::enter_syscall();
+                        STASH.with(|s| *s.borrow_mut() = Some(g));
+                    })
+                    .join()
+                    .unwrap();
+                    let mut found = false;
+                    for _ in 0..100 {
+                        found |= goro::spawn(|| {
+                            let g = STASH.with(|s| s.borrow_mut().take());
+                            let had = g.is_some();
+                            drop(g);
+                            // Still a schedulable goroutine: it parks.
+                            goro::time::sleep(Duration::from_micros(100));
+                            had
+                        })
+                        .join()
+                        .unwrap();
+                        if found {
+                            break;
+                        }
+                    }
+                    assert!(found, "no goroutine met the stashed guard");
+                }
+                let (tx, rx) = goro::chan::<u32>(0);
+                let h = goro::spawn(move || (0..100).map(|_| rx.recv().unwrap()).sum::<u32>());
+                for i in 0..100 {
+                    tx.send(i).unwrap();
+                }
+                assert_eq!(h.join().unwrap(), 4950);
+            })
+        },
+    );
+}
+
 /// A std::net echo server written as a new user would — one goroutine per
 /// connection, blocking std reads and writes, no `blocking` guard — serves
 /// concurrent clients with GOMAXPROCS = 1 (blocking detection hands each
@@ -1442,7 +1497,11 @@ fn unwind_off_p(slow_drop: fn()) {
         for w in watchers {
             w.join().unwrap();
         }
-        assert_eq!(MOVED.load(Relaxed), 0, "an unwinding goroutine changed thread");
+        assert_eq!(
+            MOVED.load(Relaxed),
+            0,
+            "an unwinding goroutine changed thread"
+        );
         assert_eq!(SAW.load(Relaxed), 0, "a panic count was left on a thread");
     });
 }
