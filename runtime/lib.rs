@@ -251,14 +251,21 @@ impl Config {
                     "gorodeadlock" => c.deadlock_detection = val != "0",
                     "gorosysmonrescue" => c.sysmon_rescue = val != "0",
                     "gorofindrunnabledelay" => c.findrunnable_delay_us = val.parse().unwrap_or(0),
+                    // Out-of-range values are ignored like unparsable
+                    // ones (Go ignores a bad GOMAXPROCS): an environment
+                    // variable must not make every program abort at start.
                     "gorotimeslice" => {
                         if let Ok(us) = val.parse::<u64>() {
-                            c.time_slice = std::time::Duration::from_micros(us);
+                            if us >= 100 {
+                                c.time_slice = std::time::Duration::from_micros(us);
+                            }
                         }
                     }
                     "goropinnedmax" => {
                         if let Ok(n) = val.parse::<usize>() {
-                            c.preempt_pinned_max = n;
+                            if n >= 1 {
+                                c.preempt_pinned_max = n;
+                            }
                         }
                     }
                     _ => {}

@@ -1537,3 +1537,22 @@ fn unwinding_preempted_in_migrate_mode_stays_on_its_thread() {
         },
     );
 }
+
+/// Out-of-range GODEBUG values are ignored like unparsable ones (as Go
+/// ignores a bad GOMAXPROCS): the runtime starts implicitly with the
+/// defaults. They made every program abort at start before session 21
+/// ("fatal error: goro: invalid config").
+#[test]
+fn out_of_range_godebug_values_are_ignored() {
+    child(
+        "out_of_range_godebug_values_are_ignored",
+        &[
+            ("GOMAXPROCS", "0"),
+            ("GODEBUG", "gorotimeslice=50,goropinnedmax=0,gorotimeslice=abc"),
+        ],
+        || {
+            assert_eq!(goro::run(|| 7), 7);
+            assert!(goro::max_procs() >= 1);
+        },
+    );
+}
