@@ -439,6 +439,9 @@ pub fn start(config: Config) -> Result<(), Error> {
         std::sync::atomic::Ordering::Relaxed,
     );
     sched::start(&config).map_err(Error::Io)?;
+    // The goroutine panic report, installed with the runtime so that a
+    // hook the program sets after `start` replaces it predictably.
+    proc::install_panic_hook();
     Ok(())
 }
 

@@ -153,7 +153,7 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 /// (std would say `thread '<unnamed>'`, the M's name); any other panic goes
 /// to the previous hook (std's default or the user's). A hook the user sets
 /// later replaces this one, as `set_hook` always does: theirs wins.
-fn install_panic_hook() {
+pub(crate) fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let prev = std::panic::take_hook();

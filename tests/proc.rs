@@ -1543,3 +1543,22 @@ fn detached_result_panicking_on_drop_aborts_clearly() {
         assert!(stderr.contains("Bomb::drop"), "{mode}: {stderr}");
     }
 }
+
+/// A panic hook the program sets after `goro::start` sees goroutine
+/// panics too (goro installs its own report when the runtime starts, so
+/// the order is predictable). Before session 21 goro's hook was installed
+/// at the first spawn and wrapped the program's, which then never saw a
+/// goroutine panic.
+#[test]
+fn user_panic_hook_after_start_sees_goroutine_panics() {
+    isolated("user_panic_hook_after_start_sees_goroutine_panics", || {
+        static HOOKED: AtomicUsize = AtomicUsize::new(0);
+        goro::start(goro::Config::from_env()).unwrap();
+        std::panic::set_hook(Box::new(|_| {
+            HOOKED.fetch_add(1, SeqCst);
+        }));
+        let r = goro::run(|| goro::spawn(|| panic!("in a goroutine (expected)")).join());
+        assert!(r.is_err());
+        assert_eq!(HOOKED.load(SeqCst), 1);
+    });
+}
