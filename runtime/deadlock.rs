@@ -242,6 +242,8 @@ fn report() -> ! {
             let mut out = HEAD.to_vec();
             let _ = crate::dump::write_goroutines(&mut out, true);
             crate::dump::write_stderr(&out);
+            // GORO_TRACE's file is written at exit(); _exit skips that.
+            crate::trace::stop_at_fatal();
             // SAFETY: _exit ends the process at once (no destructors: the
             // goroutines are stuck holding whatever they hold).
             unsafe { libc::_exit(2) }
@@ -252,6 +254,7 @@ fn report() -> ! {
     let mut out = HEAD.to_vec();
     let _ = crate::dump::write_goroutines(&mut out, false);
     crate::dump::write_stderr(&out);
+    crate::trace::stop_at_fatal();
     // SAFETY: as above.
     unsafe { libc::_exit(2) }
 }

@@ -332,6 +332,9 @@ pub(crate) fn init(cfg: &crate::Config) {
         out.extend_from_slice(b"SIGQUIT: quit\n\n");
         let _ = write_goroutines(&mut out, true);
         write_stderr(&out);
+        // GORO_TRACE's file (or a trace::start's) is written at exit();
+        // _exit skips that, so write it here.
+        crate::trace::stop_at_fatal();
         // SAFETY: ends the process at once, Go's exit status for SIGQUIT.
         unsafe { libc::_exit(2) }
     }

@@ -634,6 +634,18 @@ struct Out {
 /// Errors: writing the file failed, or no trace is running
 /// (`ErrorKind::NotFound`).
 pub fn stop() -> io::Result<()> {
+    stop_inner(true)
+}
+
+/// [`stop`] for a process about to `_exit` (deadlock report, SIGQUIT
+/// dump), which skips exit()'s handlers: writes the file without the
+/// closing counter sample, which needs `sched.lock` (the deadlock check
+/// holds it).
+pub(crate) fn stop_at_fatal() {
+    let _ = stop_inner(false);
+}
+
+fn stop_inner(sample: bool) -> io::Result<()> {
     // Critical section: the trace locks are also taken on g0 of this M.
     let _ml = crate::m::MLock::new();
     let mut out = OUT.lock();
@@ -644,7 +656,9 @@ pub fn stop() -> io::Result<()> {
         ));
     };
     // The counters' closing value (lock order: OUT, then sched.lock).
-    sample_counters();
+    if sample {
+        sample_counters();
+    }
     let gen = GEN.swap(0, Ordering::Relaxed);
     set_all_m(false);
     let (ns1, tk1) = (crate::os::nanotime(), ticks());

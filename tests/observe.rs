@@ -40,6 +40,10 @@ const TESTS: &[Test] = &[
     ("sigquit_dump", sigquit_dump),
     ("trace_file", trace_file),
     ("trace_env", trace_env),
+    (
+        "trace_env_written_on_deadlock",
+        trace_env_written_on_deadlock,
+    ),
     ("deadlock_report", deadlock_report),
     ("deadlock_off", deadlock_off),
     ("no_deadlock_timer_pending", no_deadlock_timer_pending),
@@ -998,6 +1002,21 @@ fn trace_file() {
 fn child_trace_env() {
     let ids = goro::run(|| ping_pong(50));
     println!("ids {} {}", ids.0, ids.1);
+}
+
+/// GORO_TRACE with a deadlock report, which ends the process with _exit
+/// (no atexit): the trace is written anyway, and shows the goroutines
+/// that deadlocked. It was an empty file before session 21.
+fn trace_env_written_on_deadlock() {
+    let path = trace_path("deadlock");
+    let o = spawn_child("deadlock", &[("GORO_TRACE", path.to_str().unwrap())], None);
+    assert_eq!(o.code, Some(2), "{}\n{}", o.stdout, o.stderr);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    let evs = doc["traceEvents"].as_array().unwrap();
+    assert!(evs.iter().any(|e| e["name"] == "spawn"), "{text}");
+    let _ = std::fs::remove_file(&path);
 }
 
 /// GORO_TRACE=path: traced from runtime start, written at exit.

@@ -1548,7 +1548,10 @@ fn out_of_range_godebug_values_are_ignored() {
         "out_of_range_godebug_values_are_ignored",
         &[
             ("GOMAXPROCS", "0"),
-            ("GODEBUG", "gorotimeslice=50,goropinnedmax=0,gorotimeslice=abc"),
+            (
+                "GODEBUG",
+                "gorotimeslice=50,goropinnedmax=0,gorotimeslice=abc",
+            ),
         ],
         || {
             assert_eq!(goro::run(|| 7), 7);
