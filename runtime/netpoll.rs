@@ -457,6 +457,21 @@ impl PollDesc {
         NETPOLL_WAITERS.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Consumes a recorded edge (`PD_READY` → `PD_NIL`) of `mode` without
+    /// waiting, for a caller that retries its syscall instead of waiting
+    /// (net/fd.rs `io_with`): the retry covers what the edge announced, as
+    /// after a `wait` that found it, and a stale `PD_READY` left behind
+    /// would cost the next wait a spurious wake-up and syscall. Same
+    /// callers and lock as `wait`.
+    pub(crate) fn consume_ready(&self, mode: Mode) {
+        let slot = match mode {
+            Mode::Read => &self.rg,
+            Mode::Write => &self.wg,
+        };
+        // AcqRel: as consuming READY in `wait`.
+        let _ = slot.compare_exchange(PD_READY, PD_NIL, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
     /// The plain-thread half of `wait`: poll(2) on the fd until it is ready
     /// or the deadline passes (EINTR and spurious returns are fine: the
     /// caller retries its syscall).

@@ -222,7 +222,9 @@ impl NetFd {
             if self.pd.is_closing() {
                 return Err(closed());
             }
-            if !try_now {
+            if try_now {
+                self.pd.consume_ready(mode);
+            } else {
                 if deadline.is_some_and(|d| d <= crate::os::nanotime()) {
                     return Err(timed_out());
                 }
