@@ -107,8 +107,6 @@ pub use sched::MAX_PROCS;
 pub use stack::{MAX_POOLED_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE};
 pub use syscall::{blocking, enter_syscall, enter_syscall_block, exit_syscall, SyscallGuard};
 
-use std::sync::OnceLock;
-
 /// Spawns a goroutine: `go!(|| ...)` or `go!(move || ...)`. Same as
 /// [`spawn`]; returns its [`JoinHandle`].
 #[macro_export]
@@ -410,7 +408,10 @@ impl From<std::io::Error> for Error {
     }
 }
 
-static CONFIG: OnceLock<Config> = OnceLock::new();
+/// The config the runtime runs with: None until a start succeeds (a start
+/// that failed, threads or fds exhausted, may be retried with any config).
+/// Its lock serialises starts.
+static CONFIG: parking_lot::Mutex<Option<Config>> = parking_lot::Mutex::new(None);
 
 /// [`Config::sysmon_rescue`], read by sysmon. Written once before sysmon
 /// starts (thread creation orders it), so Relaxed.
@@ -422,16 +423,13 @@ pub(crate) static SYSMON_RESCUE: std::sync::atomic::AtomicBool =
 /// config (starting again with the same config is Ok).
 pub fn start(config: Config) -> Result<(), Error> {
     config.validate()?;
-    if sched::started() {
-        return if CONFIG.get() == Some(&config) {
+    let mut running = CONFIG.lock();
+    if let Some(c) = running.as_ref() {
+        return if *c == config {
             Ok(())
         } else {
             Err(Error::AlreadyRunning)
         };
-    }
-    let _ = CONFIG.set(config.clone());
-    if CONFIG.get() != Some(&config) {
-        return Err(Error::AlreadyRunning);
     }
     SYSMON_RESCUE.store(config.sysmon_rescue, std::sync::atomic::Ordering::Relaxed);
     sched::FINDRUNNABLE_DELAY_US.store(
@@ -439,6 +437,8 @@ pub fn start(config: Config) -> Result<(), Error> {
         std::sync::atomic::Ordering::Relaxed,
     );
     sched::start(&config).map_err(Error::Io)?;
+    *running = Some(config);
+    drop(running);
     // The goroutine panic report, installed with the runtime so that a
     // hook the program sets after `start` replaces it predictably.
     proc::install_panic_hook();
@@ -455,10 +455,10 @@ pub(crate) fn ensure_started() {
 
 #[cold]
 fn start_default() {
-    let cfg = CONFIG.get().cloned().unwrap_or_else(Config::from_env);
-    match start(cfg) {
+    match start(Config::from_env()) {
         Ok(()) | Err(Error::AlreadyRunning) => {}
-        Err(e) => throw::throwf(format_args!("{e}")),
+        // As std::thread::spawn panics when it cannot create the thread.
+        Err(e) => panic!("goro: cannot start the runtime: {e}"),
     }
 }
 
@@ -704,6 +704,15 @@ pub mod __private {
         if crate::sched::started() {
             crate::sysmon::schedtrace(0, true);
         }
+    }
+
+    /// Lets the next `after` runtime thread creations succeed and makes
+    /// the `n` after them fail with EAGAIN, as at RLIMIT_NPROC (which root
+    /// ignores), so a test can check what a start does then.
+    pub fn fail_thread_creations(after: i64, n: i64) {
+        use core::sync::atomic::Ordering::Relaxed;
+        crate::os::FAIL_THREADS_AFTER.store(after, Relaxed);
+        crate::os::FAIL_THREADS.store(n, Relaxed);
     }
 
     /// Whether the calling thread's M is inside a runtime critical section

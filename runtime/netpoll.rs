@@ -84,17 +84,30 @@ static WAKE_SIG: AtomicU32 = AtomicU32::new(0);
 /// Token of the eventfd in epoll events.
 const BREAK_TOKEN: u64 = u64::MAX;
 
-/// Go's netpollinit. Called once at runtime start.
+/// Go's netpollinit. Called at runtime start; again (a no-op) when an
+/// earlier start failed after it. On failure closes what it opened.
 pub(crate) fn init() -> std::io::Result<()> {
+    // Acquire: pairs with the Release below (starts are serialised anyway).
+    if EPFD.load(Ordering::Acquire) >= 0 {
+        return Ok(());
+    }
+    let fail = |fds: &[i32]| {
+        let e = std::io::Error::last_os_error();
+        for &fd in fds {
+            // SAFETY: fds we created above and published nowhere.
+            unsafe { libc::close(fd) };
+        }
+        Err(e)
+    };
     // SAFETY: plain syscalls creating new fds.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     if ep < 0 {
-        return Err(std::io::Error::last_os_error());
+        return fail(&[]);
     }
     // SAFETY: as above.
     let ev = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
     if ev < 0 {
-        return Err(std::io::Error::last_os_error());
+        return fail(&[ep]);
     }
     let mut e = libc::epoll_event {
         events: libc::EPOLLIN as u32,
@@ -102,7 +115,7 @@ pub(crate) fn init() -> std::io::Result<()> {
     };
     // SAFETY: ep and ev are fds we own; e is a valid event.
     if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, ev, &mut e) } < 0 {
-        return Err(std::io::Error::last_os_error());
+        return fail(&[ep, ev]);
     }
     // Release: publishes the fds to Ms that Acquire them.
     BREAK_FD.store(ev, Ordering::Release);

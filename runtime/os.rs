@@ -108,12 +108,28 @@ pub(crate) fn page_size() -> usize {
 /// std::thread so they inherit nothing from the creating thread (std's
 /// test-harness output capture in particular: goroutine output must not land
 /// in whichever test happened to start the runtime). `f` must not unwind.
+/// Thread creations still to fail with EAGAIN, after FAIL_THREADS_AFTER
+/// more succeed (test hook `__private::fail_thread_creations`).
+pub(crate) static FAIL_THREADS: core::sync::atomic::AtomicI64 =
+    core::sync::atomic::AtomicI64::new(0);
+pub(crate) static FAIL_THREADS_AFTER: core::sync::atomic::AtomicI64 =
+    core::sync::atomic::AtomicI64::new(0);
+
 pub(crate) fn newosproc(
     name: &str,
     stack_size: usize,
     f: extern "C" fn(*mut libc::c_void) -> *mut libc::c_void,
     arg: *mut libc::c_void,
 ) -> std::io::Result<()> {
+    // Test knob: fail as pthread_create does at RLIMIT_NPROC (root, which
+    // tests run as, ignores that limit). Relaxed: a counter only tests set.
+    if FAIL_THREADS.load(core::sync::atomic::Ordering::Relaxed) > 0 {
+        if FAIL_THREADS_AFTER.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) <= 0
+            && FAIL_THREADS.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) > 0
+        {
+            return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+    }
     // SAFETY: attr is initialised by pthread_attr_init before use and
     // destroyed after; the thread is detached so nothing joins it.
     unsafe {

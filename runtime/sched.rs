@@ -392,6 +392,10 @@ impl Synced {
 static STARTED: AtomicBool = AtomicBool::new(false);
 static START_LOCK: Mutex<()> = Mutex::new(());
 
+/// sysmon's thread exists (it may precede a start that then failed).
+/// Relaxed: read and written under START_LOCK only.
+static SYSMON_STARTED: AtomicBool = AtomicBool::new(false);
+
 /// Whether the runtime is running.
 pub(crate) fn started() -> bool {
     // Acquire pairs with the Release in `start`.
@@ -411,7 +415,14 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     netpoll::init()?;
     crate::preempt::init(cfg);
     crate::signal::init(cfg.preempt || cfg.detect_blocking);
+    // The steps that can fail (thread creation) come first, and every
+    // step before them is idempotent: a start that failed (threads or fds
+    // exhausted) can be retried.
     start_template_thread()?;
+    if !SYSMON_STARTED.load(Ordering::Relaxed) {
+        crate::sysmon::start(cfg)?;
+        SYSMON_STARTED.store(true, Ordering::Relaxed);
+    }
     SCHED.lastpoll.store(os::nanotime(), Ordering::Relaxed);
     {
         let mut s = SCHED.lock.lock();
@@ -419,7 +430,6 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     }
     crate::deadlock::init(cfg);
     crate::dump::init(cfg);
-    crate::sysmon::start(cfg);
     STARTED.store(true, Ordering::Release);
     crate::trace::init_from_env();
     Ok(true)

@@ -60,6 +60,13 @@ pub(crate) fn init(preempt: bool) {
         ));
     }
     for (sig, old, handler, extra) in sigs {
+        // Installed by an earlier start that failed later on: keep the
+        // handler recorded then. Recording our own handler as the one to
+        // chain to would make a foreign signal call it for ever.
+        // Relaxed: starts are serialised by the start lock.
+        if old.load(Ordering::Relaxed) != 0 {
+            continue;
+        }
         // SAFETY: zeroed sigaction is a valid "no handler" value; we fill it.
         let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
         sa.sa_sigaction = handler;

@@ -111,7 +111,7 @@ const PROBE_BACKOFF_RESET_NS: i64 = 100_000_000;
 const QUIET_NS: i64 = 10_000_000;
 
 /// Starts the sysmon thread.
-pub(crate) fn start(cfg: &crate::Config) {
+pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<()> {
     SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
     SCHEDDETAIL.store(cfg.scheddetail, Ordering::Relaxed);
     let slice = i64::try_from(cfg.time_slice.as_nanos()).unwrap_or(i64::MAX);
@@ -119,10 +119,7 @@ pub(crate) fn start(cfg: &crate::Config) {
     extern "C" fn sysmon_c(_: *mut libc::c_void) -> *mut libc::c_void {
         sysmon()
     }
-    if let Err(e) = crate::os::newosproc("goro-sysmon", 256 << 10, sysmon_c, core::ptr::null_mut())
-    {
-        crate::throw::throwf(format_args!("runtime: cannot start sysmon: {e}"));
-    }
+    crate::os::newosproc("goro-sysmon", 256 << 10, sysmon_c, core::ptr::null_mut())
 }
 
 fn sysmon() -> ! {

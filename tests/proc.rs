@@ -1562,3 +1562,81 @@ fn user_panic_hook_after_start_sees_goroutine_panics() {
         assert_eq!(HOOKED.load(SeqCst), 1);
     });
 }
+
+/// A start that fails for want of threads (the template thread or sysmon
+/// cannot be created) returns `Err(Io)`, records nothing and can be
+/// retried with another config; after the retry, goro's signal handlers
+/// chain to the handlers that were there before goro, not to themselves.
+/// Before session 21 the failed start kept its config (the retry got
+/// AlreadyRunning), leaked its epoll fd, and the retried start recorded
+/// its own handlers as the previous ones: a foreign SIGURG or a segfault
+/// then spun for ever in the handler. A failure at sysmon aborted.
+#[test]
+fn failed_start_can_be_retried() {
+    const ENV: &str = "GORO_PROC_START_CHILD";
+    if let Ok(mode) = std::env::var(ENV) {
+        // 0: the template thread (the first creation) fails; 1: it
+        // starts, sysmon (the second) fails.
+        let after: i64 = mode.parse().unwrap();
+        goro::__private::fail_thread_creations(after, 1);
+        let e = goro::start(goro::Config::default().max_procs(2)).unwrap_err();
+        assert!(matches!(e, goro::Error::Io(_)), "{e:?}");
+        let one = goro::Config::default().max_procs(1);
+        goro::start(one).unwrap();
+        assert_eq!(goro::run(goro::max_procs), 1);
+        let epolls = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+            .filter(|l| l.to_string_lossy().contains("eventpoll"))
+            .count();
+        assert_eq!(epolls, 1, "epoll instances");
+        // A foreign SIGURG is ignored (its default action), not looped on.
+        // SAFETY: signalling our own process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGURG) };
+        println!("survived SIGURG");
+        // A segfault outside any goroutine stack kills the process.
+        // SAFETY: deliberately faults (the parent expects SIGSEGV).
+        unsafe { std::ptr::write_volatile(std::ptr::null_mut::<u8>(), 1) };
+        unreachable!();
+    }
+    let _s = serial();
+    for mode in ["0", "1"] {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
+            let mut c = std::process::Command::new("qemu-aarch64");
+            c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        let mut child = cmd
+            .args([
+                "failed_start_can_be_retried",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ENV, mode)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("re-executing the test binary");
+        // A hang detector (the handler loop spun for ever), not a timing.
+        let limit = Duration::from_secs(if qemu() { 120 } else { 30 });
+        let start = Instant::now();
+        while child.try_wait().unwrap().is_none() && start.elapsed() < limit {
+            // Polling a child process from the plain test thread.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        use std::os::unix::process::ExitStatusExt;
+        assert!(text.contains("survived SIGURG"), "{mode}: {text}");
+        assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{mode}: {text}");
+    }
+}
