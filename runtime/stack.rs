@@ -441,22 +441,43 @@ pub(crate) fn free(s: Stack) {
 
 fn new_arena(slot: usize) -> std::io::Result<Arena> {
     // slot <= MAX_STACK_SIZE + page (round_size), so this cannot overflow.
-    let len = slot * (ARENA_MAX_BYTES / slot).clamp(1, ARENA_STACKS);
-    // SAFETY: anonymous private mapping at a kernel-chosen address; no
-    // existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
+    // Unpooled sizes (above MAX_POOLED_STACK_SIZE) get one stack per
+    // arena: every distinct size is its own class, and a multi-GiB
+    // reservation per size would exhaust an address-space limit.
+    let mut count = if slot > MAX_POOLED_STACK_SIZE + os::page_size() {
+        1
+    } else {
+        (ARENA_MAX_BYTES / slot).clamp(1, ARENA_STACKS)
     };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
+    // Under an address-space limit (RLIMIT_AS) a full arena may not fit
+    // where its first stack would (an 8 MiB run stack's arena is 2 GiB):
+    // fall back to one carve batch (8 MiB, at least one stack), not to the
+    // largest arena that fits, which would leave nothing for the other
+    // size classes; then to one stack, before reporting the error.
+    let (p, len) = loop {
+        let len = slot * count;
+        // SAFETY: anonymous private mapping at a kernel-chosen address; no
+        // existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            break (p, len);
+        }
+        let e = std::io::Error::last_os_error();
+        if count == 1 || e.raw_os_error() != Some(libc::ENOMEM) {
+            return Err(e);
+        }
+        let batch = (CARVE_BATCH_BYTES / slot).clamp(1, CARVE_BATCH);
+        count = if count > batch { batch } else { 1 };
+    };
     let base = p as usize;
     let i = NARENAS.load(Ordering::Relaxed);
     if i < MAX_ARENAS {
