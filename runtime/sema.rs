@@ -282,6 +282,26 @@ pub(crate) fn semrelease(addr: &AtomicU32, handoff: bool) {
     semrelease_slow(root, addr, handoff);
 }
 
+/// [`semrelease`] that refuses to wrap the count: returns false, changing
+/// nothing, if it is `u32::MAX` (`Semaphore::release`'s overflow check,
+/// atomic with the increment).
+pub(crate) fn semrelease_checked(addr: &AtomicU32, handoff: bool) -> bool {
+    let root = root_for(addr);
+    // (a), as a checked increment. SeqCst: as the fetch_add it replaces.
+    if addr
+        .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |c| c.checked_add(1))
+        .is_err()
+    {
+        return false;
+    }
+    // (b)
+    if root.nwait.load(Ordering::SeqCst) == 0 {
+        return true;
+    }
+    semrelease_slow(root, addr, handoff);
+    true
+}
+
 #[cold]
 #[inline(never)]
 fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {

@@ -1627,3 +1627,39 @@ fn release_on_shared_root_keeps_other_waiter() {
         waiter.join().unwrap();
     });
 }
+
+/// Semaphore::release's overflow check is atomic with the increment: two
+/// threads releasing together at u32::MAX - 1 end at u32::MAX (one of
+/// them panics), never wrapping the count to 0. Before session 21 the
+/// check was a load and the add a separate step, and both could pass; that
+/// window is a few instructions wide, so this test rarely caught it (a
+/// 3 s tight loop did): it checks the contract, the fix is by construction.
+#[test]
+fn semaphore_release_never_wraps() {
+    let _w = common::watchdog();
+    let s = Arc::new(goro::sync::Semaphore::new(u32::MAX as usize - 1));
+    let b = Arc::new(std::sync::Barrier::new(2));
+    let rounds = scale(5_000);
+    let hs: Vec<_> = (0..2)
+        .map(|i| {
+            let (s, b) = (s.clone(), b.clone());
+            std::thread::spawn(move || {
+                let mut panics = 0;
+                for _ in 0..rounds {
+                    b.wait();
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.release()));
+                    panics += usize::from(r.is_err());
+                    b.wait();
+                    if i == 0 {
+                        let c = s.available_permits();
+                        assert_eq!(c, u32::MAX as usize, "two releases from u32::MAX - 1");
+                        assert!(s.try_acquire());
+                    }
+                }
+                panics
+            })
+        })
+        .collect();
+    let panics: usize = hs.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(panics, rounds, "one release per round must panic");
+}

@@ -1,7 +1,7 @@
 //! `Semaphore`: a counting semaphore directly on the runtime's semaphore
 //! table (sema.rs; Go's runtime_Semacquire / runtime_Semrelease).
 
-use crate::sema::{cansemacquire, semacquire, semrelease};
+use crate::sema::{cansemacquire, semacquire, semrelease_checked};
 use crate::waitreason::WaitReason;
 use core::sync::atomic::{AtomicU32, Ordering};
 
@@ -56,12 +56,9 @@ impl Semaphore {
     /// Panics if that would exceed `u32::MAX` available permits.
     #[track_caller]
     pub fn release(&self) {
-        // Relaxed: a racy overflow guard only; the release itself is ordered
-        // inside semrelease.
-        if self.count.load(Ordering::Relaxed) == u32::MAX {
+        if !semrelease_checked(&self.count, false) {
             panic!("goro::sync::Semaphore::release: more than u32::MAX permits");
         }
-        semrelease(&self.count, false);
     }
 
     /// Permits available at this instant (a racy snapshot).
