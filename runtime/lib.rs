@@ -581,7 +581,9 @@ pub struct Stats {
     pub gomaxprocs: usize,
     /// Ps in the idle list.
     pub idle_procs: usize,
-    /// Ms (OS threads running goroutines) created.
+    /// Ms (OS threads running goroutines) alive now (Go's mcount minus
+    /// the threads that exited; a thread retired by a goroutine that exited
+    /// while locked is no longer counted).
     pub threads: usize,
     /// Ms spinning (looking for work).
     pub spinning_threads: usize,

@@ -311,7 +311,8 @@ impl RawMutex {
 /// (direct handoff to the oldest waiter). See the module essay.
 ///
 /// Differences from `std::sync::Mutex`: no poisoning (a panic while the
-/// lock is held unlocks it); the guard may be sent to and dropped by
+/// lock is held unlocks it), so `lock` returns the guard and `try_lock` an
+/// `Option` rather than `Result`s; the guard may be sent to and dropped by
 /// another goroutine or thread; `const fn new`. Not reentrant: locking
 /// twice from the same goroutine deadlocks it.
 ///
