@@ -539,6 +539,15 @@ fn udp_send_and_recv() {
         let mut buf = [0u8; 16];
         let n = a.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"pong");
+        // peek leaves the datagram queued; socket options read back.
+        b.send(b"twice").unwrap();
+        assert_eq!(a.peek(&mut buf).unwrap(), 5);
+        assert_eq!(a.recv(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"twice");
+        a.set_ttl(17).unwrap();
+        assert_eq!(a.ttl().unwrap(), 17);
+        a.set_broadcast(true).unwrap();
+        assert!(a.broadcast().unwrap());
         // recv timeout.
         a.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
         assert_eq!(a.recv(&mut buf).unwrap_err().kind(), ErrorKind::TimedOut);

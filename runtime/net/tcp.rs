@@ -125,6 +125,11 @@ impl TcpListener {
         self.inner.set_ttl(ttl)
     }
 
+    /// IP_TTL's value.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.inner.ttl()
+    }
+
     /// Deregisters the socket and returns it as a blocking std listener.
     ///
     /// The blocking mode belongs to the socket, not the handle: goro
@@ -300,6 +305,11 @@ impl TcpStream {
     /// Sets IP_TTL.
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
         self.inner.set_ttl(ttl)
+    }
+
+    /// IP_TTL's value.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.inner.ttl()
     }
 
     /// A second handle to the same connection (dup), registered with the

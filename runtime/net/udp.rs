@@ -86,6 +86,27 @@ impl UdpSocket {
         self.inner.set_broadcast(on)
     }
 
+    /// SO_BROADCAST's value.
+    pub fn broadcast(&self) -> io::Result<bool> {
+        self.inner.broadcast()
+    }
+
+    /// Sets IP_TTL.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.inner.set_ttl(ttl)
+    }
+
+    /// IP_TTL's value.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.inner.ttl()
+    }
+
+    /// Receives one datagram from the connected peer without removing it
+    /// from the queue; parks until one arrives. Errors: as `recv`.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.fd.read_io(|| self.inner.peek(buf))
+    }
+
     /// A second handle to the same socket (dup), registered separately.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         UdpSocket::wrap(self.inner.try_clone()?)
