@@ -123,12 +123,11 @@ pub(crate) fn newosproc(
 ) -> std::io::Result<()> {
     // Test knob: fail as pthread_create does at RLIMIT_NPROC (root, which
     // tests run as, ignores that limit). Relaxed: a counter only tests set.
-    if FAIL_THREADS.load(core::sync::atomic::Ordering::Relaxed) > 0 {
-        if FAIL_THREADS_AFTER.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) <= 0
-            && FAIL_THREADS.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) > 0
-        {
-            return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
-        }
+    if FAIL_THREADS.load(core::sync::atomic::Ordering::Relaxed) > 0
+        && FAIL_THREADS_AFTER.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) <= 0
+        && FAIL_THREADS.fetch_sub(1, core::sync::atomic::Ordering::Relaxed) > 0
+    {
+        return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
     }
     // SAFETY: attr is initialised by pthread_attr_init before use and
     // destroyed after; the thread is detached so nothing joins it.

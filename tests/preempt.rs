@@ -38,16 +38,8 @@ fn child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
 }
 
 fn spawn_child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
-        let mut c = std::process::Command::new("qemu-aarch64");
-        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
-        c
-    } else {
-        std::process::Command::new(&exe)
-    };
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, name)
+    let mut cmd = common::self_test_command(name);
+    cmd.env(CHILD_ENV, name)
         .env_remove("GODEBUG")
         .env_remove("GOMAXPROCS")
         .stdout(std::process::Stdio::piped())

@@ -95,25 +95,12 @@ fn isolated_env(name: &str, godebug: Option<&str>, body: impl FnOnce()) {
         body();
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
-        let mut c = std::process::Command::new("qemu-aarch64");
-        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
-        c
-    } else {
-        std::process::Command::new(&exe)
-    };
-    cmd.args([
-        name,
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-        "--include-ignored",
-    ])
-    .env(CHILD_ENV, name)
-    .envs(godebug.map(|v| ("GODEBUG", v)))
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped());
+    let mut cmd = common::self_test_command(name);
+    cmd.arg("--include-ignored")
+        .env(CHILD_ENV, name)
+        .envs(godebug.map(|v| ("GODEBUG", v)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().expect("re-executing the test binary");
     let limit = Duration::from_secs(if qemu() { 120 } else { 30 });
     let start = Instant::now();
@@ -1513,21 +1500,7 @@ fn detached_result_panicking_on_drop_aborts_clearly() {
     }
     let _s = serial();
     for mode in ["payload", "result"] {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
-            let mut c = std::process::Command::new("qemu-aarch64");
-            c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
-            c
-        } else {
-            std::process::Command::new(&exe)
-        };
-        let out = cmd
-            .args([
-                "detached_result_panicking_on_drop_aborts_clearly",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let out = common::self_test_command("detached_result_panicking_on_drop_aborts_clearly")
             .env(ENV, mode)
             .output()
             .expect("re-executing the test binary");
@@ -1601,21 +1574,7 @@ fn failed_start_can_be_retried() {
     }
     let _s = serial();
     for mode in ["0", "1"] {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
-            let mut c = std::process::Command::new("qemu-aarch64");
-            c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
-            c
-        } else {
-            std::process::Command::new(&exe)
-        };
-        let mut child = cmd
-            .args([
-                "failed_start_can_be_retried",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+        let mut child = common::self_test_command("failed_start_can_be_retried")
             .env(ENV, mode)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

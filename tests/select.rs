@@ -1368,21 +1368,7 @@ fn select_choices_differ_between_runs() {
     }
     let choices: Vec<String> = (0..2)
         .map(|_| {
-            let exe = std::env::current_exe().unwrap();
-            let mut cmd = if common::qemu() && std::env::consts::ARCH == "aarch64" {
-                let mut c = std::process::Command::new("qemu-aarch64");
-                c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
-                c
-            } else {
-                std::process::Command::new(&exe)
-            };
-            let out = cmd
-                .args([
-                    "select_choices_differ_between_runs",
-                    "--exact",
-                    "--nocapture",
-                    "--test-threads=1",
-                ])
+            let out = common::self_test_command("select_choices_differ_between_runs")
                 .env(ENV, "1")
                 .env("GOMAXPROCS", "1")
                 .output()

@@ -88,16 +88,15 @@ fn overflow_child() {
             // SAFETY: a valid rlimit for this process.
             assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
             let n = goro::run(|| {
-                (65..=72usize)
-                    .map(|mib| {
-                        goro::Builder::new()
-                            .stack_size(mib << 20)
-                            .spawn(move || mib)
-                            .unwrap()
-                            .join()
-                            .unwrap()
-                    })
-                    .count()
+                let mut n = 0;
+                for mib in 65..=72usize {
+                    let h = goro::Builder::new()
+                        .stack_size(mib << 20)
+                        .spawn(move || mib);
+                    assert_eq!(h.unwrap().join().unwrap(), mib);
+                    n += 1;
+                }
+                n
             });
             eprintln!("RLIMIT OK {n}");
             return;

@@ -122,3 +122,20 @@ pub fn wait_parked(id: u64) {
         }
     }
 }
+
+/// A command that re-executes this test binary to run only the test
+/// `name` (under qemu-aarch64 when the tests run there), for tests whose
+/// scenario must run in a fresh process: the caller sets the environment
+/// variable that tells the child it is one, and its stdio.
+pub fn self_test_command(name: &str) -> std::process::Command {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if qemu() && std::env::consts::ARCH == "aarch64" {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.arg("-L").arg("/usr/aarch64-linux-gnu").arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"]);
+    cmd
+}
