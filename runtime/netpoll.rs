@@ -282,7 +282,10 @@ impl PollDesc {
         // A runtime lock (Go's lock()): never preempted while holding it.
         let cached = {
             let _ml = crate::m::MLock::new();
-            POLL_CACHE.lock().pop()
+            // A local, not the block's value: a temporary guard there
+            // would be dropped after `_ml`, outside the critical section.
+            let pd = POLL_CACHE.lock().pop();
+            pd
         };
         let pd: &'static PollDesc = cached.unwrap_or_else(|| {
             Box::leak(Box::new(PollDesc {

@@ -1892,7 +1892,9 @@ pub(crate) fn snapshot() -> crate::Stats {
 pub(crate) fn stopwait() -> i32 {
     // Critical section: may run on a user G (see `snapshot`).
     let _ml = crate::m::MLock::new();
-    SCHED.lock.lock().stopwait
+    // A local: a temporary guard in the tail would outlive `_ml`.
+    let n = SCHED.lock.lock().stopwait;
+    n
 }
 
 /// An idle P, taken under sched.lock, if any.

@@ -819,3 +819,37 @@ fn timer_and_ticker_recv() {
     run(check);
     check(); // outside the runtime: a plain thread blocks
 }
+
+/// Goroutines that reset and stop their timers in a loop are preempted
+/// (SIGURG) now and then inside `reset`/`stop`; the timer's lock is a
+/// runtime lock, so that never happens while they hold it. Before session
+/// 21 it could: the M firing that timer then blocked on the lock while
+/// holding its P, and the preempted holder, pinned, waited for a P for
+/// ever (10 of 10 runs of this at GOMAXPROCS=2 deadlocked).
+#[test]
+fn timer_reset_and_stop_under_preemption() {
+    let _w = common::watchdog();
+    run(|| {
+        let end = Instant::now() + Duration::from_millis(if common::qemu() { 3000 } else { 1500 });
+        let hs: Vec<_> = (0..4u64)
+            .map(|k| {
+                goro::spawn(move || {
+                    let t = Timer::new(Duration::from_micros(10));
+                    let mut i = 0u64;
+                    while Instant::now() < end {
+                        // Short timers, so that Ms keep firing them.
+                        t.reset(Duration::from_micros(1 + (i * 7 + k) % 40));
+                        if i % 3 == 0 {
+                            t.stop();
+                        }
+                        i += 1;
+                    }
+                    i
+                })
+            })
+            .collect();
+        for h in hs {
+            assert!(h.join().unwrap() > 0);
+        }
+    });
+}
