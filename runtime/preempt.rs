@@ -93,7 +93,12 @@ pub enum PreemptMode {
     /// Go's behaviour: a preempted goroutine resumes on any thread. Cheaper;
     /// unsound if the goroutine holds thread-affine state (a
     /// `thread_local!` borrow, a std `MutexGuard`, stdout's lock) in code
-    /// that never calls into goro.
+    /// that never calls into goro. **Known bug (session 21): also unsound
+    /// inside goro's own code**, which Go never preempts asynchronously but
+    /// goro does: a goroutine preempted between reading its thread's M or
+    /// G and using it resumes elsewhere with the stale one (corrupted
+    /// `m.locks`, then a hang; `goroutine_local!` reading another
+    /// goroutine's table). Do not use it outside experiments until fixed.
     Migrate,
 }
 
