@@ -149,7 +149,18 @@ extern "C" fn fault_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *
 }
 
 /// Prints the overflow report for the stack starting at `lo` and aborts.
+/// One report per process: a second thread overflowing meanwhile waits for
+/// the first one's abort instead of interleaving its pieces with it.
 fn report_overflow(lo: usize, size: usize) -> ! {
+    static REPORTING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    // SeqCst: a single flag; the winner alone writes.
+    if REPORTING.swap(true, Ordering::SeqCst) {
+        loop {
+            // SAFETY: pause is async-signal-safe; the winner's abort ends
+            // the process.
+            unsafe { libc::pause() };
+        }
+    }
     let mut id_buf = [0u8; 20];
     let mut kib_buf = [0u8; 20];
     let gp = crate::m::getg();
