@@ -389,6 +389,39 @@ pub(crate) fn in_critical_section() -> bool {
     !mp.is_null() && unsafe { (*mp).locks.get() } > 0
 }
 
+/// A lock held inside a runtime critical section (Go's lock(): never
+/// preempted while held), from [`lock_rt`]. The guard is a field declared
+/// before the section, so it is released first however the caller's
+/// statement is shaped (a guard temporary in a block's tail would outlive
+/// a separate `MLock` local).
+pub(crate) struct RtGuard<'a, T> {
+    guard: parking_lot::MutexGuard<'a, T>,
+    _ml: MLock,
+}
+
+/// Enters a runtime critical section and takes `m` in it.
+#[inline]
+pub(crate) fn lock_rt<T>(m: &parking_lot::Mutex<T>) -> RtGuard<'_, T> {
+    let ml = MLock::new();
+    RtGuard {
+        guard: m.lock(),
+        _ml: ml,
+    }
+}
+
+impl<T> core::ops::Deref for RtGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> core::ops::DerefMut for RtGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
 /// RAII form of [`acquirem`]/[`releasem`].
 pub(crate) struct MLock(*mut M);
 

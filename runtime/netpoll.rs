@@ -280,13 +280,7 @@ impl PollDesc {
     pub(crate) fn open(fd: i32) -> std::io::Result<&'static PollDesc> {
         crate::ensure_started();
         // A runtime lock (Go's lock()): never preempted while holding it.
-        let cached = {
-            let _ml = crate::m::MLock::new();
-            // A local, not the block's value: a temporary guard there
-            // would be dropped after `_ml`, outside the critical section.
-            let pd = POLL_CACHE.lock().pop();
-            pd
-        };
+        let cached = crate::m::lock_rt(&POLL_CACHE).pop();
         let pd: &'static PollDesc = cached.unwrap_or_else(|| {
             Box::leak(Box::new(PollDesc {
                 fd: AtomicI32::new(-1),
@@ -323,8 +317,7 @@ impl PollDesc {
             let e = std::io::Error::last_os_error();
             // Relaxed: never published; the cache lock orders reuse.
             pd.fd.store(-1, Ordering::Relaxed);
-            let _ml = crate::m::MLock::new();
-            POLL_CACHE.lock().push(pd);
+            crate::m::lock_rt(&POLL_CACHE).push(pd);
             return Err(e);
         }
         Ok(pd)
@@ -398,8 +391,7 @@ impl PollDesc {
         self.fdseq.fetch_add(1, Ordering::Release);
         // Relaxed: the descriptor is ours until the cache lock hands it out.
         self.fd.store(-1, Ordering::Relaxed);
-        let _ml = crate::m::MLock::new();
-        POLL_CACHE.lock().push(self);
+        crate::m::lock_rt(&POLL_CACHE).push(self);
     }
 
     /// Waits until the fd may be ready for `mode` (the caller then retries

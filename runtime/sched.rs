@@ -1891,10 +1891,7 @@ pub(crate) fn snapshot() -> crate::Stats {
 /// scheddetail.
 pub(crate) fn stopwait() -> i32 {
     // Critical section: may run on a user G (see `snapshot`).
-    let _ml = crate::m::MLock::new();
-    // A local: a temporary guard in the tail would outlive `_ml`.
-    let n = SCHED.lock.lock().stopwait;
-    n
+    crate::m::lock_rt(&SCHED.lock).stopwait
 }
 
 /// An idle P, taken under sched.lock, if any.

@@ -272,21 +272,15 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool, reason: crate::waitreason::Wait
 /// `handoff`, the count goes straight to the woken waiter and a releasing
 /// goroutine yields its P to it. Never blocks (beyond the root lock).
 pub(crate) fn semrelease(addr: &AtomicU32, handoff: bool) {
-    let root = root_for(addr);
     // (a)
     addr.fetch_add(1, Ordering::SeqCst);
-    // (b) Easy case: no waiters. Must come after (a) (see the essay).
-    if root.nwait.load(Ordering::SeqCst) == 0 {
-        return;
-    }
-    semrelease_slow(root, addr, handoff);
+    semrelease_wake(addr, handoff);
 }
 
 /// [`semrelease`] that refuses to wrap the count: returns false, changing
 /// nothing, if it is `u32::MAX` (`Semaphore::release`'s overflow check,
 /// atomic with the increment).
 pub(crate) fn semrelease_checked(addr: &AtomicU32, handoff: bool) -> bool {
-    let root = root_for(addr);
     // (a), as a checked increment. SeqCst: as the fetch_add it replaces.
     if addr
         .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |c| c.checked_add(1))
@@ -294,12 +288,19 @@ pub(crate) fn semrelease_checked(addr: &AtomicU32, handoff: bool) -> bool {
     {
         return false;
     }
-    // (b)
+    semrelease_wake(addr, handoff);
+    true
+}
+
+/// semrelease after its increment (a): wakes a waiter if there is one.
+#[inline]
+fn semrelease_wake(addr: &AtomicU32, handoff: bool) {
+    let root = root_for(addr);
+    // (b) Easy case: no waiters. Must come after (a) (see the essay).
     if root.nwait.load(Ordering::SeqCst) == 0 {
-        return true;
+        return;
     }
     semrelease_slow(root, addr, handoff);
-    true
 }
 
 #[cold]

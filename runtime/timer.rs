@@ -123,9 +123,8 @@ impl TimerCore {
         // `st` is a runtime lock (Go's lock()): `fire` takes it on g0
         // holding a P, so a goroutine preempted while holding it would
         // stall that P (for good when the preempted G waits, pinned, for a
-        // P itself). Declared first, dropped last.
-        let _ml = crate::m::MLock::new();
-        let mut st = self.st.lock();
+        // P itself).
+        let mut st = crate::m::lock_rt(&self.st);
         self.disarm_locked(&mut st)
     }
 
@@ -151,8 +150,7 @@ impl TimerCore {
     /// what `stop` would have.
     pub(crate) fn reset(self: &Arc<Self>, d: std::time::Duration, period: Option<i64>) -> bool {
         // A runtime lock, as in `stop`.
-        let ml = crate::m::MLock::new();
-        let mut st = self.st.lock();
+        let mut st = crate::m::lock_rt(&self.st);
         let active = self.disarm_locked(&mut st);
         if let Some(p) = period {
             st.period = p;
@@ -161,7 +159,6 @@ impl TimerCore {
         // Relaxed: `gen` is only written under `st`, which we hold.
         let gen = self.gen.load(Ordering::Relaxed);
         drop(st);
-        drop(ml);
         // The entry is added after `st` is released: adding may purge the
         // heap and drop other timers (and their closures). If a stop or
         // reset slips in between, this entry is simply stale.

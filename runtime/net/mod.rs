@@ -33,6 +33,52 @@ pub use unix::{UnixDatagram, UnixIncoming, UnixListener, UnixStream};
 
 pub use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 
+/// Conversions from and to std for a socket type `$t { fd: NetFd, inner:
+/// $std }`: `into_std`, and (unless only `into_std` is asked for)
+/// `TryFrom<$std>`, which is also how each type wraps a fresh std socket.
+macro_rules! std_conversions {
+    ($t:ident, $std:ty) => {
+        std_conversions!(into_std $t, $std);
+
+        impl TryFrom<$std> for $t {
+            type Error = std::io::Error;
+            /// Takes over a std socket: makes it non-blocking and registers
+            /// it with the poller. Errors: fcntl's or epoll_ctl's (resource
+            /// exhaustion).
+            ///
+            /// The non-blocking mode belongs to the socket, not the handle:
+            /// std handles cloned from it (`try_clone`, dup) become
+            /// non-blocking too and return `WouldBlock` where they blocked.
+            fn try_from(inner: $std) -> std::io::Result<$t> {
+                inner.set_nonblocking(true)?;
+                Ok($t {
+                    fd: super::fd::NetFd::new(std::os::fd::AsRawFd::as_raw_fd(&inner))?,
+                    inner,
+                })
+            }
+        }
+    };
+    (into_std $t:ident, $std:ty) => {
+        impl $t {
+            /// Deregisters the socket and returns it as a blocking std
+            /// socket.
+            ///
+            /// The blocking mode belongs to the socket, not the handle: goro
+            /// handles made from this one with `try_clone` (dup) become
+            /// blocking too, so a goroutine using one then blocks its thread
+            /// and its timeouts stop applying. Convert the last handle, or
+            /// move every clone to std.
+            pub fn into_std(self) -> std::io::Result<$std> {
+                let $t { fd, inner } = self;
+                drop(fd);
+                inner.set_nonblocking(false)?;
+                Ok(inner)
+            }
+        }
+    };
+}
+use std_conversions;
+
 /// The methods every goro socket shares: timeouts, close, raw fd access.
 macro_rules! common_socket_methods {
     ($t:ty) => {

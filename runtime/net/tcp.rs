@@ -1,7 +1,7 @@
 //! TCP: `TcpListener` and `TcpStream` (Go's net.TCPListener / net.TCPConn).
 
 use super::fd::{deadline, resolve, NetFd};
-use super::{common_socket_methods, stream_io, AcceptLoop};
+use super::{common_socket_methods, std_conversions, stream_io, AcceptLoop};
 use crate::netpoll::Mode;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{self, Read, Write};
@@ -113,11 +113,7 @@ impl TcpListener {
 
     /// A second handle to the same socket (dup), registered separately.
     pub fn try_clone(&self) -> io::Result<TcpListener> {
-        let inner = self.inner.try_clone()?;
-        Ok(TcpListener {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
+        TcpListener::try_from(self.inner.try_clone()?)
     }
 
     /// Sets IP_TTL.
@@ -129,39 +125,11 @@ impl TcpListener {
     pub fn ttl(&self) -> io::Result<u32> {
         self.inner.ttl()
     }
-
-    /// Deregisters the socket and returns it as a blocking std listener.
-    ///
-    /// The blocking mode belongs to the socket, not the handle: goro
-    /// handles made from this one with `try_clone` (dup) become blocking
-    /// too, so a goroutine using one then blocks its thread and its
-    /// timeouts stop applying. Convert the last handle, or move every
-    /// clone to std.
-    pub fn into_std(self) -> io::Result<std::net::TcpListener> {
-        let TcpListener { fd, inner } = self;
-        drop(fd);
-        inner.set_nonblocking(false)?;
-        Ok(inner)
-    }
 }
 
 common_socket_methods!(TcpListener);
 
-impl TryFrom<std::net::TcpListener> for TcpListener {
-    type Error = io::Error;
-    /// Takes over a std listener: makes it non-blocking and registers it.
-    ///
-    /// The non-blocking mode belongs to the socket, not the handle: std
-    /// handles cloned from `inner` (`try_clone`, dup) become non-blocking
-    /// too and return `WouldBlock` where they blocked.
-    fn try_from(inner: std::net::TcpListener) -> io::Result<TcpListener> {
-        inner.set_nonblocking(true)?;
-        Ok(TcpListener {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
-    }
-}
+std_conversions!(TcpListener, std::net::TcpListener);
 
 impl std::fmt::Debug for TcpListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -317,23 +285,10 @@ impl TcpStream {
     pub fn try_clone(&self) -> io::Result<TcpStream> {
         TcpStream::from_nonblocking(self.inner.try_clone()?)
     }
-
-    /// Deregisters the socket and returns it as a blocking std stream.
-    ///
-    /// The blocking mode belongs to the socket, not the handle: goro
-    /// handles made from this one with `try_clone` (dup) become blocking
-    /// too, so a goroutine using one then blocks its thread and its
-    /// timeouts stop applying. Convert the last handle, or move every
-    /// clone to std.
-    pub fn into_std(self) -> io::Result<std::net::TcpStream> {
-        let TcpStream { fd, inner } = self;
-        drop(fd);
-        inner.set_nonblocking(false)?;
-        Ok(inner)
-    }
 }
 
 common_socket_methods!(TcpStream);
+std_conversions!(into_std TcpStream, std::net::TcpStream);
 stream_io!(TcpStream);
 
 impl From<std::net::TcpStream> for TcpStream {

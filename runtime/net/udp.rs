@@ -1,7 +1,7 @@
 //! UDP: `UdpSocket` (Go's net.UDPConn).
 
-use super::common_socket_methods;
 use super::fd::{resolve, send_nosignal, NetFd};
+use super::{common_socket_methods, std_conversions};
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -15,20 +15,12 @@ pub struct UdpSocket {
 }
 
 impl UdpSocket {
-    fn wrap(inner: std::net::UdpSocket) -> io::Result<UdpSocket> {
-        inner.set_nonblocking(true)?;
-        Ok(UdpSocket {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
-    }
-
     /// Binds to the first address of `addr` that works (Go's
     /// net.ListenPacket("udp", addr)); names are resolved inside
     /// `blocking`. Errors: resolution or bind errors.
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<UdpSocket> {
         let addrs = resolve(addr)?;
-        UdpSocket::wrap(std::net::UdpSocket::bind(&addrs[..])?)
+        UdpSocket::try_from(std::net::UdpSocket::bind(&addrs[..])?)
     }
 
     /// Receives one datagram and its source; parks until one arrives.
@@ -109,37 +101,13 @@ impl UdpSocket {
 
     /// A second handle to the same socket (dup), registered separately.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
-        UdpSocket::wrap(self.inner.try_clone()?)
-    }
-
-    /// Deregisters the socket and returns it as a blocking std socket.
-    ///
-    /// The blocking mode belongs to the socket, not the handle: goro
-    /// handles made from this one with `try_clone` (dup) become blocking
-    /// too, so a goroutine using one then blocks its thread and its
-    /// timeouts stop applying. Convert the last handle, or move every
-    /// clone to std.
-    pub fn into_std(self) -> io::Result<std::net::UdpSocket> {
-        let UdpSocket { fd, inner } = self;
-        drop(fd);
-        inner.set_nonblocking(false)?;
-        Ok(inner)
+        UdpSocket::try_from(self.inner.try_clone()?)
     }
 }
 
 common_socket_methods!(UdpSocket);
 
-impl TryFrom<std::net::UdpSocket> for UdpSocket {
-    type Error = io::Error;
-    /// Takes over a std socket: non-blocking and registered.
-    ///
-    /// The non-blocking mode belongs to the socket, not the handle: std
-    /// handles cloned from `inner` (`try_clone`, dup) become non-blocking
-    /// too and return `WouldBlock` where they blocked.
-    fn try_from(s: std::net::UdpSocket) -> io::Result<UdpSocket> {
-        UdpSocket::wrap(s)
-    }
-}
+std_conversions!(UdpSocket, std::net::UdpSocket);
 
 impl std::fmt::Debug for UdpSocket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

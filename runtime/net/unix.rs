@@ -2,7 +2,7 @@
 //! (Go's net.UnixListener / net.UnixConn).
 
 use super::fd::{send_nosignal, NetFd};
-use super::{common_socket_methods, stream_io, AcceptLoop};
+use super::{common_socket_methods, std_conversions, stream_io, AcceptLoop};
 use std::io::{self, Read};
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
@@ -20,19 +20,14 @@ impl UnixListener {
     /// Binds and listens on the filesystem `path` (which must not exist).
     /// Errors: bind's (e.g. `AddrInUse`).
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
-        let inner = std::os::unix::net::UnixListener::bind(path)?;
-        inner.set_nonblocking(true)?;
-        Ok(UnixListener {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
+        UnixListener::try_from(std::os::unix::net::UnixListener::bind(path)?)
     }
 
     /// Accepts a connection; parks until one arrives. Errors: accept's,
     /// the read timeout, or the closed error.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (s, a) = self.fd.read_io(|| self.inner.accept())?;
-        Ok((UnixStream::wrap(s)?, a))
+        Ok((UnixStream::try_from(s)?, a))
     }
 
     /// Endless iterator of accepted streams with the same EMFILE backoff
@@ -51,46 +46,12 @@ impl UnixListener {
 
     /// A second handle to the same socket (dup), registered separately.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
-        let inner = self.inner.try_clone()?;
-        Ok(UnixListener {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
-    }
-
-    /// Deregisters the socket and returns it as a blocking std listener.
-    ///
-    /// The blocking mode belongs to the socket, not the handle: goro
-    /// handles made from this one with `try_clone` (dup) become blocking
-    /// too, so a goroutine using one then blocks its thread and its
-    /// timeouts stop applying. Convert the last handle, or move every
-    /// clone to std.
-    pub fn into_std(self) -> io::Result<std::os::unix::net::UnixListener> {
-        let UnixListener { fd, inner } = self;
-        drop(fd);
-        inner.set_nonblocking(false)?;
-        Ok(inner)
+        UnixListener::try_from(self.inner.try_clone()?)
     }
 }
 
 common_socket_methods!(UnixListener);
-
-impl TryFrom<std::os::unix::net::UnixListener> for UnixListener {
-    type Error = io::Error;
-    /// Takes over a std listener: makes it non-blocking and registers it.
-    /// Errors: fcntl's or epoll_ctl's (resource exhaustion).
-    ///
-    /// The non-blocking mode belongs to the socket, not the handle: std
-    /// handles cloned from it (`try_clone`, dup) become non-blocking too
-    /// and return `WouldBlock` where they blocked.
-    fn try_from(inner: std::os::unix::net::UnixListener) -> io::Result<UnixListener> {
-        inner.set_nonblocking(true)?;
-        Ok(UnixListener {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
-    }
-}
+std_conversions!(UnixListener, std::os::unix::net::UnixListener);
 
 /// Iterator returned by [`UnixListener::incoming`]; never returns `None`.
 pub struct UnixIncoming<'a> {
@@ -113,27 +74,19 @@ pub struct UnixStream {
 }
 
 impl UnixStream {
-    fn wrap(inner: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
-        inner.set_nonblocking(true)?;
-        Ok(UnixStream {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
-    }
-
     /// Connects to the socket at `path`. A Unix connect completes at once
     /// or fails (it only blocks while the listener's backlog is full), so
     /// it runs inside `blocking`. Errors: connect's (e.g. `NotFound`,
     /// `ConnectionRefused`).
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
         let s = crate::blocking(|| std::os::unix::net::UnixStream::connect(path))?;
-        UnixStream::wrap(s)
+        UnixStream::try_from(s)
     }
 
     /// A connected pair (socketpair(2)).
     pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
         let (a, b) = std::os::unix::net::UnixStream::pair()?;
-        Ok((UnixStream::wrap(a)?, UnixStream::wrap(b)?))
+        Ok((UnixStream::try_from(a)?, UnixStream::try_from(b)?))
     }
 
     fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -162,39 +115,13 @@ impl UnixStream {
 
     /// A second handle to the same connection (dup), registered separately.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
-        UnixStream::wrap(self.inner.try_clone()?)
-    }
-
-    /// Deregisters the socket and returns it as a blocking std stream.
-    ///
-    /// The blocking mode belongs to the socket, not the handle: goro
-    /// handles made from this one with `try_clone` (dup) become blocking
-    /// too, so a goroutine using one then blocks its thread and its
-    /// timeouts stop applying. Convert the last handle, or move every
-    /// clone to std.
-    pub fn into_std(self) -> io::Result<std::os::unix::net::UnixStream> {
-        let UnixStream { fd, inner } = self;
-        drop(fd);
-        inner.set_nonblocking(false)?;
-        Ok(inner)
+        UnixStream::try_from(self.inner.try_clone()?)
     }
 }
 
 common_socket_methods!(UnixStream);
+std_conversions!(UnixStream, std::os::unix::net::UnixStream);
 stream_io!(UnixStream);
-
-impl TryFrom<std::os::unix::net::UnixStream> for UnixStream {
-    type Error = io::Error;
-    /// Takes over a connected std stream: makes it non-blocking and
-    /// registers it. Errors: fcntl's or epoll_ctl's (resource exhaustion).
-    ///
-    /// The non-blocking mode belongs to the socket, not the handle: std
-    /// handles cloned from it (`try_clone`, dup) become non-blocking too
-    /// and return `WouldBlock` where they blocked.
-    fn try_from(inner: std::os::unix::net::UnixStream) -> io::Result<UnixStream> {
-        UnixStream::wrap(inner)
-    }
-}
 
 /// A Unix datagram socket (std's `UnixDatagram` shape). Receives park
 /// until a datagram arrives.
@@ -204,28 +131,20 @@ pub struct UnixDatagram {
 }
 
 impl UnixDatagram {
-    fn wrap(inner: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
-        inner.set_nonblocking(true)?;
-        Ok(UnixDatagram {
-            fd: NetFd::new(inner.as_raw_fd())?,
-            inner,
-        })
-    }
-
     /// Binds to the filesystem `path`.
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixDatagram> {
-        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::bind(path)?)
+        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::bind(path)?)
     }
 
     /// An unbound socket (it can still `send_to`).
     pub fn unbound() -> io::Result<UnixDatagram> {
-        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::unbound()?)
+        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::unbound()?)
     }
 
     /// A connected pair (socketpair(2)).
     pub fn pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
         let (a, b) = std::os::unix::net::UnixDatagram::pair()?;
-        Ok((UnixDatagram::wrap(a)?, UnixDatagram::wrap(b)?))
+        Ok((UnixDatagram::try_from(a)?, UnixDatagram::try_from(b)?))
     }
 
     /// Sets the default peer for `send`/`recv`.
@@ -272,38 +191,12 @@ impl UnixDatagram {
 
     /// A second handle to the same socket (dup), registered separately.
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
-        UnixDatagram::wrap(self.inner.try_clone()?)
-    }
-
-    /// Deregisters the socket and returns it as a blocking std socket.
-    ///
-    /// The blocking mode belongs to the socket, not the handle: goro
-    /// handles made from this one with `try_clone` (dup) become blocking
-    /// too, so a goroutine using one then blocks its thread and its
-    /// timeouts stop applying. Convert the last handle, or move every
-    /// clone to std.
-    pub fn into_std(self) -> io::Result<std::os::unix::net::UnixDatagram> {
-        let UnixDatagram { fd, inner } = self;
-        drop(fd);
-        inner.set_nonblocking(false)?;
-        Ok(inner)
+        UnixDatagram::try_from(self.inner.try_clone()?)
     }
 }
 
 common_socket_methods!(UnixDatagram);
-
-impl TryFrom<std::os::unix::net::UnixDatagram> for UnixDatagram {
-    type Error = io::Error;
-    /// Takes over a std socket: makes it non-blocking and registers it.
-    /// Errors: fcntl's or epoll_ctl's (resource exhaustion).
-    ///
-    /// The non-blocking mode belongs to the socket, not the handle: std
-    /// handles cloned from it (`try_clone`, dup) become non-blocking too
-    /// and return `WouldBlock` where they blocked.
-    fn try_from(inner: std::os::unix::net::UnixDatagram) -> io::Result<UnixDatagram> {
-        UnixDatagram::wrap(inner)
-    }
-}
+std_conversions!(UnixDatagram, std::os::unix::net::UnixDatagram);
 
 macro_rules! unix_debug {
     ($t:ident) => {
