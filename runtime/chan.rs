@@ -131,9 +131,8 @@ impl Hchan {
     /// asynchronously, so a waiter for it never waits on a sleeping M.
     #[inline]
     pub(crate) fn lock(&self) {
-        // A detached G takes its P back first; one TLS read for both.
-        let mp = crate::preempt::reacquire_m(crate::m::getm());
-        crate::m::acquirem_at(mp);
+        // A detached G takes its P back first, inside the section.
+        crate::preempt::acquirem_with_p();
         self.lock.lock();
     }
 

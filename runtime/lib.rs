@@ -724,6 +724,12 @@ pub mod __private {
         crate::m::in_critical_section()
     }
 
+    /// The calling thread's M's critical-section count (Go's m.locks; 0 on
+    /// a plain thread), so a test can check that user code always sees 0.
+    pub fn m_locks() -> i32 {
+        crate::m::locks()
+    }
+
     /// Whether the goroutine with id `goid` is parked (Waiting), so a test
     /// can act only once a peer really sleeps; None if no live G has that
     /// id. Racy snapshot, as GODEBUG=scheddetail reads it.

@@ -297,12 +297,42 @@ thread_local! {
     static CURRENT_M: Cell<*mut M> = const { Cell::new(ptr::null_mut()) };
 }
 
+// # Reading the current M under migrating preemption
+//
+// In [`PreemptMode::Migrate`](crate::PreemptMode) an asynchronously
+// preempted goroutine may resume on another M. Go never preempts its
+// runtime asynchronously (isAsyncSafePoint rejects runtime pcs); goro's
+// runtime code is inlined into user functions, so no pc range can cover
+// it. Instead the thread-dependent reads are few and fenced:
+//
+// - Outside a runtime critical section, goroutine code may hold only the
+//   G (a goroutine is its own G wherever it runs), never the M or P: a
+//   pointer to them read before a preemption is another thread's after it.
+// - The functions below read the M and use it before returning (the G
+//   behind it, its P's presence, its generator, a critical section
+//   entered). They live in the `goro_nomigrate` link section, and the
+//   SIGURG handler keeps a G it interrupts there on its M (a pinned
+//   preemption, [`crate::preempt`]), so each is atomic against migration.
+// - Once `acquirem` has returned, `m.locks > 0` refuses every preemption:
+//   the M and P read inside the section stay the G's until `releasem`.
+//
+// Nothing in the section may call out while holding the M in a register
+// (a callee outside it could be preempted and migrate): each is a leaf
+// apart from its thread-local access (x86_64 and aarch64 use local-exec
+// or initial-exec TLS in an executable: no call; a `__tls_get_addr` call
+// from a shared object lands in ld.so, outside the executable's text,
+// where the handler refuses to preempt at all).
+
 /// The current M, or null on a plain OS thread.
 ///
 /// Never inlined: a goroutine may resume on another thread after any
 /// switch, and LLVM assumes a thread-local's address is constant within a
 /// function, so an inlined access could read the previous thread's slot.
+/// The M is the caller's only on g0, on a plain thread, or inside a
+/// critical section: a user G outside one must use [`acquirem`] or the
+/// other readers here (see the comment above).
 #[inline(never)]
+#[link_section = "goro_nomigrate"]
 pub(crate) fn getm() -> *mut M {
     CURRENT_M.with(|c| c.get())
 }
@@ -318,8 +348,9 @@ pub(crate) fn setm(mp: *mut M) {
 /// caller is in a runtime critical section ([`acquirem`]) or on g0: a user
 /// G may otherwise be preempted asynchronously and resume with another P.
 #[inline(never)]
+#[link_section = "goro_nomigrate"]
 pub(crate) fn getp() -> *mut P {
-    let mp = getm();
+    let mp = CURRENT_M.with(|c| c.get());
     if mp.is_null() {
         return ptr::null_mut();
     }
@@ -328,10 +359,12 @@ pub(crate) fn getp() -> *mut P {
 }
 
 /// The running G, or null on g0 or a plain thread (Go's getg() with the
-/// g0 case folded to null).
+/// g0 case folded to null). Atomic against migration (see above): the
+/// result is the caller's own G wherever it resumes.
 #[inline(never)]
+#[link_section = "goro_nomigrate"]
 pub(crate) fn getg() -> *mut G {
-    let mp = getm();
+    let mp = CURRENT_M.with(|c| c.get());
     if mp.is_null() {
         return ptr::null_mut();
     }
@@ -339,20 +372,65 @@ pub(crate) fn getg() -> *mut G {
     unsafe { (*mp).curg.get() }
 }
 
+/// The running G if its M holds a P, null if it has none (inside
+/// `enter_syscall`/`blocking`), and `Err(())` if blocking detection
+/// detached the M outside a critical section (the caller reacquires a P
+/// and asks again). Null on g0 and plain threads. Atomic against
+/// migration; the answer may be outdated by a later syscall, as any is.
+#[inline(never)]
+#[link_section = "goro_nomigrate"]
+pub(crate) fn g_with_p() -> Result<*mut G, ()> {
+    let mp = CURRENT_M.with(|c| c.get());
+    if mp.is_null() {
+        return Ok(ptr::null_mut());
+    }
+    // SAFETY: this thread's M, alive forever; curg, p, detached and locks
+    // are its own.
+    let m = unsafe { &*mp };
+    if m.detached.load(Ordering::Relaxed) && m.locks.get() == 0 && !m.curg.get().is_null() {
+        return Err(());
+    }
+    if m.p.get().is_null() {
+        Ok(ptr::null_mut())
+    } else {
+        Ok(m.curg.get())
+    }
+}
+
+/// Whether blocking detection detached this thread's M and the caller is
+/// outside a critical section: then it must reacquire a P
+/// (preempt::reacquire). Atomic against migration.
+#[inline(never)]
+#[link_section = "goro_nomigrate"]
+pub(crate) fn detached_outside_section() -> bool {
+    let mp = CURRENT_M.with(|c| c.get());
+    // SAFETY: this thread's M, alive forever.
+    !mp.is_null() && unsafe { (*mp).detached.load(Ordering::Relaxed) && (*mp).locks.get() == 0 }
+}
+
+/// The current M's fastrand, or None on a plain thread. Atomic against
+/// migration (the generator is its thread's alone).
+#[inline(never)]
+#[link_section = "goro_nomigrate"]
+pub(crate) fn m_fastrand() -> Option<u32> {
+    let mp = CURRENT_M.with(|c| c.get());
+    if mp.is_null() {
+        return None;
+    }
+    // SAFETY: this thread's M; fastrand is touched only by its thread.
+    Some(unsafe { (*mp).fastrand() })
+}
+
 /// Go's acquirem: enter a runtime critical section on the current M (if
 /// any): until the matching [`releasem`], the running G is never
 /// preempted asynchronously nor detached by blocking detection, so the M
 /// and P it reads stay its own. Returns the M (null on a plain thread).
-/// Nests. Cheap: a TLS read and a store.
-#[inline]
+/// Nests. Cheap: a call, a TLS read and a store. Not inlined, so that the
+/// read and the increment are one step against migration (see above).
+#[inline(never)]
+#[link_section = "goro_nomigrate"]
 pub(crate) fn acquirem() -> *mut M {
-    acquirem_at(getm())
-}
-
-/// [`acquirem`] for an M the caller already read with `getm()` on this
-/// thread (saves a TLS read on hot paths). Returns `mp`.
-#[inline]
-pub(crate) fn acquirem_at(mp: *mut M) -> *mut M {
+    let mp = CURRENT_M.with(|c| c.get());
     if !mp.is_null() {
         // SAFETY: this thread's M, alive forever; locks is written only by
         // this thread (the SIGURG handler on it only reads it).
@@ -381,12 +459,44 @@ pub(crate) fn releasem(mp: *mut M) {
 /// Whether this thread's M is inside a runtime critical section
 /// ([`acquirem`]): code there must not park (it would sleep with
 /// preemption and blocking detection off for its M, and release the
-/// section on another thread if it resumed elsewhere).
-#[inline]
+/// section on another thread if it resumed elsewhere). Atomic against
+/// migration.
+#[inline(never)]
+#[link_section = "goro_nomigrate"]
 pub(crate) fn in_critical_section() -> bool {
-    let mp = getm();
+    let mp = CURRENT_M.with(|c| c.get());
     // SAFETY: this thread's M; `locks` is written only by this thread.
     !mp.is_null() && unsafe { (*mp).locks.get() } > 0
+}
+
+/// The current M's critical-section count (0 on a plain thread), for
+/// tests. Atomic against migration.
+#[inline(never)]
+#[link_section = "goro_nomigrate"]
+pub(crate) fn locks() -> i32 {
+    let mp = CURRENT_M.with(|c| c.get());
+    if mp.is_null() {
+        return 0;
+    }
+    // SAFETY: this thread's M; `locks` is written only by this thread.
+    unsafe { (*mp).locks.get() }
+}
+
+/// The address range of the `goro_nomigrate` section: a G interrupted
+/// with its pc in it must resume on the same M. Async-signal-safe.
+#[inline]
+pub(crate) fn nomigrate_range() -> (usize, usize) {
+    extern "C" {
+        // Defined by the linker for an orphan section whose name is a C
+        // identifier (GNU ld, gold and lld alike).
+        static __start_goro_nomigrate: u8;
+        static __stop_goro_nomigrate: u8;
+    }
+    // Only the symbols' addresses are taken, never their bytes.
+    (
+        ptr::addr_of!(__start_goro_nomigrate) as usize,
+        ptr::addr_of!(__stop_goro_nomigrate) as usize,
+    )
 }
 
 /// A lock held inside a runtime critical section (Go's lock(): never

@@ -51,17 +51,12 @@ fn mcall_enter(m: &M) {
 /// given up its P): those wait by blocking the thread instead.
 #[inline]
 pub(crate) fn parkable_g() -> *mut G {
-    // A G that blocking detection detached takes a P back first.
-    let mp = crate::preempt::reacquire_m(getm());
-    if mp.is_null() {
-        return core::ptr::null_mut();
-    }
-    // SAFETY: this thread's M, alive forever; curg and p are owned by it.
-    let (gp, pp) = unsafe { ((*mp).curg.get(), (*mp).p.get()) };
-    if pp.is_null() {
-        core::ptr::null_mut()
-    } else {
-        gp
+    loop {
+        match crate::m::g_with_p() {
+            Ok(gp) => return gp,
+            // A G that blocking detection detached takes a P back first.
+            Err(()) => crate::preempt::reacquire(),
+        }
     }
 }
 
@@ -306,14 +301,9 @@ pub(crate) fn unlock_os_thread() {
 /// this G to (Go's stack-check preemption). Cheap; called at runtime entries.
 #[inline]
 pub(crate) fn preempt_check() {
-    // Fast path: one TLS read and two loads (the flag is almost never set).
-    let mp = getm();
-    if mp.is_null() {
-        return;
-    }
-    // SAFETY: this thread's M; curg is owned by it.
-    let gp = unsafe { (*mp).curg.get() };
-    // SAFETY: gp is this M's running G (Gs are never freed) or null, and
+    // Fast path: a TLS read and two loads (the flag is almost never set).
+    let gp = crate::m::getg();
+    // SAFETY: gp is the running G (Gs are never freed) or null, and
     // `preempt` is an atomic any thread may read.
     if gp.is_null() || !unsafe { (*gp).preempt.load(Ordering::Relaxed) } {
         return;

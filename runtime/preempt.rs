@@ -93,12 +93,9 @@ pub enum PreemptMode {
     /// Go's behaviour: a preempted goroutine resumes on any thread. Cheaper;
     /// unsound if the goroutine holds thread-affine state (a
     /// `thread_local!` borrow, a std `MutexGuard`, stdout's lock) in code
-    /// that never calls into goro. **Known bug (session 21): also unsound
-    /// inside goro's own code**, which Go never preempts asynchronously but
-    /// goro does: a goroutine preempted between reading its thread's M or
-    /// G and using it resumes elsewhere with the stale one (corrupted
-    /// `m.locks`, then a hang; `goroutine_local!` reading another
-    /// goroutine's table). Do not use it outside experiments until fixed.
+    /// that never calls into goro. goro's own code is safe in this mode:
+    /// a goroutine interrupted while it reads its thread's M keeps the M
+    /// for that preemption (docs/PREEMPTION.md).
     Migrate,
 }
 
@@ -313,8 +310,10 @@ pub(crate) unsafe fn on_signal(
     }
     // Migrate mode pins too while the G unwinds a panic: std's panic
     // count is thread-local (panicking() reads an atomic, then a
-    // const-initialised thread-local: no locks, signal-safe).
-    if (pinned_mode() || std::thread::panicking())
+    // const-initialised thread-local: no locks, signal-safe). And it pins
+    // a G stopped inside one of the runtime's M readers, which would
+    // otherwise resume elsewhere with this M in a register (m.rs).
+    if (pinned_mode() || pc_in_nomigrate(pc) || std::thread::panicking())
         && g.lockedm.get().is_null()
         && status == GStatus::Running
     {
@@ -333,6 +332,14 @@ pub(crate) unsafe fn on_signal(
     // the G's stack below the interrupted sp and red zone, with the
     // headroom checked above.
     unsafe { inject(m, info, ctx, sp) };
+}
+
+/// Whether `pc` lies in the runtime's M readers (m.rs's `goro_nomigrate`
+/// section). Async-signal-safe.
+#[inline]
+fn pc_in_nomigrate(pc: usize) -> bool {
+    let (lo, hi) = crate::m::nomigrate_range();
+    pc >= lo && pc < hi
 }
 
 fn refuse() {
@@ -376,6 +383,12 @@ unsafe fn inject(m: &M, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, sp: 
 /// Rust half of the trampoline, on the preempted G's stack: park the G
 /// (or reacquire a P for a detached one), and when it is resumed return
 /// the frame copy for rt_sigreturn. Never unwinds.
+///
+/// In the `goro_nomigrate` section: between its last read of the M and
+/// rt_sigreturn (the altstack it writes into the frame must be the
+/// thread's that returns through it), a second preemption keeps the G on
+/// its M.
+#[link_section = "goro_nomigrate"]
 extern "C" fn async_preempt(frame: usize) -> usize {
     // The handler entered a critical section for us (m.locks = 1), so no
     // second preemption can land before the G is parked.
@@ -385,9 +398,10 @@ extern "C" fn async_preempt(frame: usize) -> usize {
     // SAFETY: as above.
     let g = unsafe { &*gp };
     if m.detached.load(Ordering::Relaxed) {
-        // A detached G computing: take a P back before running on. Pinned
-        // mode keeps it on this thread if it must wait for one.
-        if pinned_mode() && g.lockedm.get().is_null() {
+        // A detached G computing: take a P back before running on, on
+        // this thread if it must wait for one (in both modes: it may have
+        // been stopped holding this M in a register, see m.rs).
+        if g.lockedm.get().is_null() {
             pin(m, gp);
             PINNED.fetch_add(1, Ordering::Relaxed);
         }
@@ -462,29 +476,15 @@ unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
 
 /// Exits the implicit syscall of a G whose M blocking detection detached:
 /// reacquire a P before running on. Called at runtime entries on a user G,
-/// before any runtime lock is taken (cheap when not detached: one TLS read
-/// and a load). Inside a critical section it does nothing: the G goes on
-/// as if in a syscall (no P: waits block the thread) until the next entry.
+/// before any runtime lock is taken (cheap when not detached: a call, a
+/// TLS read and two loads). Inside a critical section it does nothing: the
+/// G goes on as if in a syscall (no P: waits block the thread) until the
+/// next entry.
 #[inline]
 pub(crate) fn reacquire() {
-    reacquire_m(getm());
-}
-
-/// [`reacquire`] for the caller's already-read M `mp` (saves a TLS read on
-/// hot paths). Returns the current M: `mp`, or a fresh read if the G had
-/// to wait for a P (it may resume on another M).
-#[inline]
-pub(crate) fn reacquire_m(mp: *mut M) -> *mut M {
-    if mp.is_null() {
-        return mp;
+    if crate::m::detached_outside_section() {
+        reacquire_slow();
     }
-    // SAFETY: this thread's M.
-    let m = unsafe { &*mp };
-    if !m.detached.load(Ordering::Relaxed) || m.locks.get() != 0 {
-        return mp;
-    }
-    reacquire_slow();
-    getm()
 }
 
 /// Enters a runtime critical section (acquirem) holding the G's P: a G
@@ -492,6 +492,7 @@ pub(crate) fn reacquire_m(mp: *mut M) -> *mut M {
 /// section, so that `m.p` read afterwards stays the G's until releasem.
 /// Returns the M (null on a plain thread). Nested inside another section
 /// a detached G stays detached (m.p null), as with [`reacquire`].
+#[inline]
 pub(crate) fn acquirem_with_p() -> *mut M {
     loop {
         let mp = crate::m::acquirem();
@@ -500,7 +501,7 @@ pub(crate) fn acquirem_with_p() -> *mut M {
         }
         // SAFETY: this thread's M; inside the section no signal changes it.
         let m = unsafe { &*mp };
-        if m.curg.get().is_null() || !m.detached.load(Ordering::Relaxed) || m.locks.get() != 1 {
+        if !m.detached.load(Ordering::Relaxed) || m.curg.get().is_null() || m.locks.get() != 1 {
             return mp;
         }
         // Ends the section; the G may continue on another M: enter again.

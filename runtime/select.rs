@@ -65,10 +65,8 @@ pub enum Selected {
 
 /// Random number for poll order: the M's generator, or a per-thread one.
 fn fastrand() -> u32 {
-    let mp = crate::m::getm();
-    if !mp.is_null() {
-        // SAFETY: this thread's M.
-        return unsafe { (*mp).fastrand() };
+    if let Some(r) = crate::m::m_fastrand() {
+        return r;
     }
     thread_local! {
         static RNG: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };

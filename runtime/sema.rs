@@ -91,10 +91,8 @@ fn wake(g: *mut G, parker: *const Parker) {
 /// A random treap priority (Go's fastrand): the M's generator on an M,
 /// a per-thread one on a plain thread.
 fn fastrand() -> u32 {
-    let mp = crate::m::getm();
-    if !mp.is_null() {
-        // SAFETY: this thread's M; fastrand is owned by its thread.
-        return unsafe { (*mp).fastrand() };
+    if let Some(r) = crate::m::m_fastrand() {
+        return r;
     }
     std::thread_local! {
         static STATE: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
@@ -343,10 +341,7 @@ fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
         // Direct G handoff: goready put the waiter in our P's runnext; yield
         // so it runs now, inheriting our time slice (Go's goyield). Only a
         // goroutine holding a P and no runtime lock can yield.
-        let me = parkable_g();
-        let mp = crate::m::getm();
-        // SAFETY: mp is this thread's M when me is non-null.
-        if !me.is_null() && unsafe { (*mp).locks.get() } == 0 {
+        if !parkable_g().is_null() && !crate::m::in_critical_section() {
             park::gosched();
         }
     }

@@ -1551,3 +1551,66 @@ fn out_of_range_godebug_values_are_ignored() {
         },
     );
 }
+
+goro::goroutine_local! {
+    static WHO: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Migrate mode preempts goroutines inside goro's own code (inlined into
+/// theirs), which Go never does: a goroutine stopped between reading its
+/// thread's M and using it must not resume elsewhere with the stale M.
+/// Four goroutines on two Ps, 100 µs slices, loop on channel operations
+/// (the channel lock's critical section) and goroutine-locals (getg)
+/// until the runtime has preempted them asynchronously many times; each
+/// checks after every operation that its M's critical-section count is 0
+/// and that its goroutine-local is its own. Before session 22 the counts
+/// went to -20 and +1 on different Ms (every later preemption refused: a
+/// hang) and goroutine-locals read other goroutines' values.
+#[test]
+fn migrating_preemption_inside_the_runtime_is_sound() {
+    child(
+        "migrating_preemption_inside_the_runtime_is_sound",
+        &[
+            ("GOMAXPROCS", "2"),
+            ("GODEBUG", "goropreempt=migrate,gorotimeslice=100"),
+        ],
+        || {
+            goro::run(|| {
+                let want = if qemu() { 300 } else { 3000 };
+                let target = goro::stats().preemptions_async + want;
+                let bad_locks = Arc::new(AtomicUsize::new(0));
+                let bad_local = Arc::new(AtomicUsize::new(0));
+                let hs: Vec<_> = (1..=4u64)
+                    .map(|id| {
+                        let (bad_locks, bad_local) = (bad_locks.clone(), bad_local.clone());
+                        goro::spawn(move || {
+                            WHO.with(|w| w.set(id));
+                            let (tx, rx) = goro::chan::<u64>(1);
+                            while goro::stats().preemptions_async < target {
+                                for i in 0..1000 {
+                                    let _ = tx.try_send(i);
+                                    let _ = rx.try_recv();
+                                    if goro::__private::m_locks() != 0 {
+                                        bad_locks.fetch_add(1, Relaxed);
+                                    }
+                                    if WHO.with(|w| w.get()) != id {
+                                        bad_local.fetch_add(1, Relaxed);
+                                    }
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                assert_eq!(bad_locks.load(Relaxed), 0, "user code saw m.locks != 0");
+                assert_eq!(
+                    bad_local.load(Relaxed),
+                    0,
+                    "goroutine_local read another goroutine's value"
+                );
+            })
+        },
+    );
+}

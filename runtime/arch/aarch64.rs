@@ -186,6 +186,7 @@ pub(crate) unsafe fn sigframe_relocate(frame: usize, delta: isize) {
 
 /// # Safety
 /// `frame` is a signal frame copy.
+#[inline(always)] // into async_preempt, in its link section
 pub(crate) unsafe fn sigframe_set_altstack(frame: usize, sp: usize, size: usize) {
     let uc = frame + core::mem::size_of::<libc::siginfo_t>();
     // SAFETY: guaranteed by the caller.

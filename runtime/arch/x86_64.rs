@@ -182,6 +182,7 @@ pub(crate) unsafe fn sigframe_relocate(frame: usize, delta: isize) {
 ///
 /// # Safety
 /// `frame` is a signal frame copy.
+#[inline(always)] // into async_preempt, in its link section
 pub(crate) unsafe fn sigframe_set_altstack(frame: usize, sp: usize, size: usize) {
     // SAFETY: guaranteed by the caller.
     let uc = unsafe { &mut *((frame + 8) as *mut libc::ucontext_t) };

@@ -90,7 +90,9 @@ fn can_spin(iter: u32) -> bool {
     if gomaxprocs() as i32 <= busy {
         return false;
     }
-    // SAFETY: pp is held by this M.
+    // SAFETY: Ps are never freed and the run queue's ends are atomics: a
+    // P that is no longer ours after a migrating preemption only makes
+    // this heuristic stale.
     unsafe { (*pp).runq.is_empty() }
 }
 
