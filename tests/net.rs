@@ -1254,3 +1254,343 @@ fn http_hello_example_serves_hello_world() {
     assert!(resp.ends_with("\r\n\r\nHello, World!"), "{resp}");
     assert!(child.0.try_wait().unwrap().is_none(), "server exited");
 }
+
+// Raw fd conversions (FromRawFd, IntoRawFd, From<OwnedFd>, From<T> for
+// OwnedFd) for all six types. Each test takes a socket out of goro and back
+// in twice, once through `OwnedFd` and once through a raw fd, and checks
+// each side of each crossing: going out, the fd is the same number, no
+// longer in the runtime's epoll set and blocking (a std call waits out
+// SO_RCVTIMEO instead of returning at once, then std exchanges data on
+// it); coming in, it is non-blocking, in the epoll set, and a goroutine
+// parked on it (checked on the poll slot) is woken by the peer.
+
+/// Whether `fd` has O_NONBLOCK set.
+fn nonblocking(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: F_GETFL on an fd the caller holds open; no memory is passed.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    assert!(
+        fl >= 0,
+        "F_GETFL({fd}): {}",
+        std::io::Error::last_os_error()
+    );
+    fl & libc::O_NONBLOCK != 0
+}
+
+/// Whether `fd` is in an epoll set of this process (the runtime's: no
+/// test here makes another), read from /proc/self/fdinfo of each epoll
+/// fd (`tfd: N` lines). Only goro registers sockets, and it deregisters
+/// before it closes, so no stale entry for a reused number is left.
+fn epoll_registered(fd: std::os::fd::RawFd) -> bool {
+    let mut seen_epoll = false;
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let is_epoll = std::fs::read_link(e.path())
+            .is_ok_and(|l| l.to_str() == Some("anon_inode:[eventpoll]"));
+        if !is_epoll {
+            continue;
+        }
+        seen_epoll = true;
+        let Ok(info) =
+            std::fs::read_to_string(std::path::Path::new("/proc/self/fdinfo").join(e.file_name()))
+        else {
+            continue; // closed since read_dir
+        };
+        let hit = info.lines().any(|l| {
+            l.strip_prefix("tfd:")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|n| n.parse::<i32>().ok())
+                == Some(fd)
+        });
+        if hit {
+            return true;
+        }
+    }
+    assert!(seen_epoll, "the runtime's epoll fd is not in /proc/self/fd");
+    false
+}
+
+/// One type's case: `T` the goro socket, `S` std's, `P` a peer that can
+/// make a wait on `T` or `S` return with `b"ping"`.
+struct FdCase<T, S, P> {
+    /// Whether a goroutine is parked on the socket's read slot.
+    parked: fn(&T) -> bool,
+    /// The goro wait (read, recv, or accept and read): parks the goroutine.
+    goro_wait: fn(&T) -> std::io::Result<Vec<u8>>,
+    /// The same wait through std: blocks the thread.
+    std_wait: fn(&S) -> std::io::Result<Vec<u8>>,
+    /// Sends `b"ping"` (connecting first for a listener).
+    poke: fn(&P),
+}
+
+/// Sets SO_RCVTIMEO (also accept's timeout) on `fd`; zero clears it.
+fn set_rcvtimeo(fd: std::os::fd::RawFd, t: Duration) {
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: a valid timeval of the size passed, on an open socket.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            core::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "SO_RCVTIMEO: {}", std::io::Error::last_os_error());
+}
+
+/// The released side: `s` (std's, built from what goro gave back) is a
+/// blocking socket that works. Its wait with nothing to receive, bounded
+/// by SO_RCVTIMEO, runs on a plain thread (no goroutine, so no preemption
+/// signal can cut it short) and must last about the timeout (a
+/// non-blocking socket fails at once; the kernel may end the wait up to a
+/// tick early, hence half); then the peer's ping is received.
+fn std_side<S, P>(case: &FdCase<impl Sized, S, P>, s: S, peer: &P) -> S
+where
+    S: std::os::fd::AsRawFd + Send + 'static,
+{
+    let std_wait = case.std_wait;
+    let fd = s.as_raw_fd();
+    assert!(!nonblocking(fd), "given back non-blocking");
+    assert!(!epoll_registered(fd), "given back still in the epoll set");
+    let timeout = Duration::from_millis(100);
+    let s = goro::blocking(move || {
+        std::thread::spawn(move || {
+            set_rcvtimeo(s.as_raw_fd(), timeout);
+            let t0 = Instant::now();
+            let e = std_wait(&s).unwrap_err();
+            let waited = t0.elapsed();
+            assert_eq!(e.kind(), ErrorKind::WouldBlock, "{e}");
+            assert!(
+                waited >= timeout / 2,
+                "std call returned after {waited:?}: the fd is not blocking"
+            );
+            set_rcvtimeo(s.as_raw_fd(), Duration::ZERO);
+            s
+        })
+        .join()
+        .unwrap()
+    });
+    (case.poke)(peer);
+    assert_eq!(goro::blocking(|| std_wait(&s)).unwrap(), b"ping");
+    s
+}
+
+/// The taken side: `t` is non-blocking, registered, and a goroutine
+/// parked in its wait is woken by the peer (a lost wake-up fails after a
+/// minute instead of hanging).
+fn goro_side<T, S, P>(case: &FdCase<T, S, P>, t: T, peer: &P) -> T
+where
+    T: std::os::fd::AsRawFd + Send + Sync + 'static,
+{
+    let fd = t.as_raw_fd();
+    assert!(nonblocking(fd), "taken over in blocking mode");
+    assert!(epoll_registered(fd), "taken over but not in the epoll set");
+    let t = Arc::new(t);
+    let t2 = t.clone();
+    let goro_wait = case.goro_wait;
+    let (tx, rx) = goro::chan(1);
+    let h = goro::go!(move || tx.send(goro_wait(&t2)).unwrap());
+    while !(case.parked)(&t) {
+        assert!(!h.is_finished(), "the wait returned without parking");
+        goro::yield_now();
+    }
+    (case.poke)(peer);
+    goro::select! {
+        recv(rx) -> r => assert_eq!(r.unwrap().unwrap(), b"ping"),
+        recv(goro::time::after(Duration::from_secs(60))) -> _ => {
+            panic!("parked wait not woken in 60 s: the fd is not on the netpoller")
+        }
+    }
+    h.join().unwrap();
+    Arc::try_unwrap(t).unwrap_or_else(|_| unreachable!("the waiter has ended"))
+}
+
+/// Out through `OwnedFd` and in again, then out through a raw fd and in
+/// again; the fd number never changes (no dup, no close).
+fn fd_round_trips<T, S, P>(t: T, peer: P, case: FdCase<T, S, P>)
+where
+    T: std::os::fd::AsRawFd + std::os::fd::FromRawFd + std::os::fd::IntoRawFd,
+    T: From<std::os::fd::OwnedFd> + Into<std::os::fd::OwnedFd> + Send + Sync + 'static,
+    S: std::os::fd::AsRawFd + std::os::fd::FromRawFd + std::os::fd::IntoRawFd,
+    S: From<std::os::fd::OwnedFd> + Into<std::os::fd::OwnedFd> + Send + 'static,
+{
+    use std::os::fd::OwnedFd;
+    let fd = t.as_raw_fd();
+    // Through OwnedFd.
+    let owned: OwnedFd = t.into();
+    assert_eq!(owned.as_raw_fd(), fd);
+    let s = std_side(&case, S::from(owned), &peer);
+    let t = T::from(s.into());
+    assert_eq!(t.as_raw_fd(), fd);
+    let t = goro_side(&case, t, &peer);
+    // Through a raw fd.
+    let raw = t.into_raw_fd();
+    assert_eq!(raw, fd);
+    // SAFETY: `raw` is open and ours: into_raw_fd gave up ownership.
+    let s = std_side(&case, unsafe { S::from_raw_fd(raw) }, &peer);
+    let raw = s.into_raw_fd();
+    // SAFETY: as above, given up by std's into_raw_fd.
+    let t = unsafe { T::from_raw_fd(raw) };
+    assert_eq!(t.as_raw_fd(), fd);
+    goro_side(&case, t, &peer);
+}
+
+/// Reads exactly `b"ping".len()` bytes from a stream.
+fn read_ping(mut r: impl Read) -> std::io::Result<Vec<u8>> {
+    let mut b = vec![0u8; 4];
+    r.read_exact(&mut b)?;
+    Ok(b)
+}
+
+/// Receives one datagram of at most 64 bytes.
+fn recv_dgram(recv: impl FnOnce(&mut [u8]) -> std::io::Result<usize>) -> std::io::Result<Vec<u8>> {
+    let mut b = vec![0u8; 64];
+    let n = recv(&mut b)?;
+    b.truncate(n);
+    Ok(b)
+}
+
+#[test]
+fn tcp_stream_fd_round_trips() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let (t, peer) = tcp_pair();
+        fd_round_trips(
+            t,
+            peer,
+            FdCase::<_, std::net::TcpStream, _> {
+                parked: |t| t.__parked(false),
+                goro_wait: |t| read_ping(t),
+                std_wait: |s| read_ping(s),
+                poke: |p| (&*p).write_all(b"ping").unwrap(),
+            },
+        )
+    });
+}
+
+#[test]
+fn tcp_listener_fd_round_trips() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        fd_round_trips(
+            l,
+            a,
+            FdCase::<_, std::net::TcpListener, _> {
+                parked: |t| t.__parked(false),
+                goro_wait: |t| read_ping(t.accept()?.0),
+                std_wait: |s| read_ping(s.accept()?.0),
+                poke: |a| TcpStream::connect(a).unwrap().write_all(b"ping").unwrap(),
+            },
+        )
+    });
+}
+
+#[test]
+fn udp_socket_fd_round_trips() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = (
+            UdpSocket::bind("127.0.0.1:0").unwrap(),
+            u.local_addr().unwrap(),
+        );
+        fd_round_trips(
+            u,
+            peer,
+            FdCase::<_, std::net::UdpSocket, _> {
+                parked: |t| t.__parked(false),
+                goro_wait: |t| recv_dgram(|b| t.recv(b)),
+                std_wait: |s| recv_dgram(|b| s.recv(b)),
+                poke: |(p, a)| assert_eq!(p.send_to(b"ping", a).unwrap(), 4),
+            },
+        )
+    });
+}
+
+#[test]
+fn unix_stream_fd_round_trips() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let (t, peer) = UnixStream::pair().unwrap();
+        fd_round_trips(
+            t,
+            peer,
+            FdCase::<_, std::os::unix::net::UnixStream, _> {
+                parked: |t| t.__parked(false),
+                goro_wait: |t| read_ping(t),
+                std_wait: |s| read_ping(s),
+                poke: |p| (&*p).write_all(b"ping").unwrap(),
+            },
+        )
+    });
+}
+
+#[test]
+fn unix_listener_fd_round_trips() {
+    let _w = common::watchdog();
+    let _w = init();
+    let dir = temp_dir("fd-listener");
+    let path = dir.join("l.sock");
+    goro::run(move || {
+        let l = UnixListener::bind(&path).unwrap();
+        fd_round_trips(
+            l,
+            path,
+            FdCase::<_, std::os::unix::net::UnixListener, _> {
+                parked: |t| t.__parked(false),
+                goro_wait: |t| read_ping(t.accept()?.0),
+                std_wait: |s| read_ping(s.accept()?.0),
+                poke: |path| {
+                    UnixStream::connect(path)
+                        .unwrap()
+                        .write_all(b"ping")
+                        .unwrap()
+                },
+            },
+        )
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn unix_datagram_fd_round_trips() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let (t, peer) = UnixDatagram::pair().unwrap();
+        fd_round_trips(
+            t,
+            peer,
+            FdCase::<_, std::os::unix::net::UnixDatagram, _> {
+                parked: |t| t.__parked(false),
+                goro_wait: |t| recv_dgram(|b| t.recv(b)),
+                std_wait: |s| recv_dgram(|b| s.recv(b)),
+                poke: |p| assert_eq!(p.send(b"ping").unwrap(), 4),
+            },
+        )
+    });
+}
+
+/// From<OwnedFd> cannot return an error: an fd the poller refuses
+/// (epoll_ctl fails with EPERM for /dev/null, which is not a socket and
+/// has no poll support) panics, naming the conversion.
+#[test]
+fn from_owned_fd_panics_if_not_pollable() {
+    let _w = common::watchdog();
+    let _w = init();
+    let devnull = std::os::fd::OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+    let p = std::panic::catch_unwind(move || UdpSocket::from(devnull)).unwrap_err();
+    let msg = p.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.starts_with("goro::net::UdpSocket::from(OwnedFd): "),
+        "panic message {msg:?}"
+    );
+}

@@ -19,6 +19,11 @@
 //! - Writes use `MSG_NOSIGNAL`: a vanished peer is `BrokenPipe` on that
 //!   socket, never SIGPIPE.
 //! - Host names are resolved inside [`crate::blocking`].
+//! - Conversions in (`TryFrom<std type>`, `From<OwnedFd>`, `FromRawFd`)
+//!   make the socket non-blocking and register it with the poller; out
+//!   (`into_std`, `IntoRawFd`, `From<T> for OwnedFd`) deregister it and
+//!   make it blocking again. The mode is the socket's, shared by every
+//!   dup'd (`try_clone`d) handle.
 //!
 //! See docs/NET.md for the poller's design.
 
@@ -33,12 +38,21 @@ pub use unix::{UnixDatagram, UnixIncoming, UnixListener, UnixStream};
 
 pub use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 
-/// Conversions from and to std for a socket type `$t { fd: NetFd, inner:
-/// $std }`: `into_std`, and (unless only `into_std` is asked for)
-/// `TryFrom<$std>`, which is also how each type wraps a fresh std socket.
+/// Conversions from and to std and raw fds for a socket type `$t { fd:
+/// NetFd, inner: $std }`: `into_std`, `FromRawFd`, `IntoRawFd`,
+/// `From<OwnedFd>`, `From<$t> for OwnedFd`, and (unless asked `without
+/// TryFrom`: `TcpStream`, whose infallible `From<std::net::TcpStream>`
+/// predates the macro and rules a `TryFrom` out) `TryFrom<$std>`, which is
+/// also how each type wraps a fresh std socket.
+///
+/// Every way in goes through `$t::try_from($std)` (non-blocking, then
+/// `NetFd::new` registers it); every way out through `into_std`
+/// (deregister, then blocking). The fd conversions cannot return an error:
+/// they panic where `try_from` or `into_std` would fail, as
+/// `From<std::net::TcpStream>` does.
 macro_rules! std_conversions {
     ($t:ident, $std:ty) => {
-        std_conversions!(into_std $t, $std);
+        std_conversions!($t, $std, without TryFrom);
 
         impl TryFrom<$std> for $t {
             type Error = std::io::Error;
@@ -58,7 +72,7 @@ macro_rules! std_conversions {
             }
         }
     };
-    (into_std $t:ident, $std:ty) => {
+    ($t:ident, $std:ty, without TryFrom) => {
         impl $t {
             /// Deregisters the socket and returns it as a blocking std
             /// socket.
@@ -73,6 +87,108 @@ macro_rules! std_conversions {
                 drop(fd);
                 inner.set_nonblocking(false)?;
                 Ok(inner)
+            }
+        }
+
+        impl std::os::fd::FromRawFd for $t {
+            #[doc = concat!(
+                "Takes ownership of `fd` (std's `", stringify!($std), "::from_raw_fd`): makes it"
+            )]
+            /// non-blocking and registers it with the poller, as
+            /// `From<OwnedFd>`.
+            ///
+            /// # Safety
+            ///
+            #[doc = concat!(
+                "As std's: `fd` must be an open socket of the kind `", stringify!($std), "`"
+            )]
+            /// wraps, owned by the caller, who must not use or close it
+            /// afterwards (the returned value closes it when dropped).
+            ///
+            /// # Panics
+            ///
+            /// If the socket cannot be made non-blocking or registered with
+            /// the poller (epoll_ctl ENOMEM/ENOSPC: resource exhaustion;
+            /// EPERM if `fd` is not pollable, which the contract rules out).
+            /// The fd is closed before the panic.
+            unsafe fn from_raw_fd(fd: std::os::fd::RawFd) -> $t {
+                // SAFETY: the caller guarantees that `fd` is open and ours to
+                // own (this function's contract is OwnedFd::from_raw_fd's).
+                let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+                $t::from(owned)
+            }
+        }
+
+        impl From<std::os::fd::OwnedFd> for $t {
+            #[doc = concat!(
+                "Takes over an owned socket fd (std's `From<OwnedFd> for ", stringify!($std), "`):"
+            )]
+            /// makes it non-blocking and registers it with the poller, as
+            /// the conversion from the std type does. As in std, nothing checks
+            /// that the fd is a socket of the right kind: if it is not,
+            /// operations fail with the kernel's errors (e.g. `ENOTSOCK`).
+            ///
+            /// The non-blocking mode belongs to the socket, not the fd:
+            /// other fds for the same socket (dup, `try_clone`) become
+            /// non-blocking too and return `WouldBlock` where they blocked.
+            ///
+            /// # Panics
+            ///
+            /// If the socket cannot be made non-blocking or registered with
+            /// the poller (epoll_ctl ENOMEM/ENOSPC: resource exhaustion;
+            /// EPERM for an fd with no poll support, such as a regular
+            /// file). The fd is closed before the panic.
+            fn from(fd: std::os::fd::OwnedFd) -> $t {
+                $t::try_from(<$std>::from(fd)).unwrap_or_else(|e| {
+                    panic!(concat!("goro::net::", stringify!($t), "::from(OwnedFd): {}"), e)
+                })
+            }
+        }
+
+        impl std::os::fd::IntoRawFd for $t {
+            #[doc = concat!(
+                "Gives up the socket (std's `", stringify!($std), "::into_raw_fd`): deregisters it"
+            )]
+            /// from the poller and returns its fd in blocking mode, open
+            /// and owned by the caller, as [`into_std`] does.
+            ///
+            /// The blocking mode belongs to the socket, not the fd: goro
+            /// handles made from this one with `try_clone` become blocking
+            /// too (their goroutines then block their threads, and their
+            /// timeouts stop applying). Convert the last handle.
+            ///
+            /// # Panics
+            ///
+            /// If the blocking mode cannot be restored (that fails only for
+            /// a closed fd, which a live socket's is not). The fd is closed
+            /// before the panic.
+            ///
+            #[doc = concat!("[`into_std`]: ", stringify!($t), "::into_std")]
+            fn into_raw_fd(self) -> std::os::fd::RawFd {
+                std::os::fd::IntoRawFd::into_raw_fd(std::os::fd::OwnedFd::from(self))
+            }
+        }
+
+        impl From<$t> for std::os::fd::OwnedFd {
+            #[doc = concat!(
+                "Gives up the socket (std's `From<", stringify!($std), "> for OwnedFd`): deregisters"
+            )]
+            /// it from the poller and returns its fd in blocking mode, as
+            #[doc = concat!("[`", stringify!($t), "::into_std`] does.")]
+            ///
+            /// The blocking mode belongs to the socket, not the fd: goro
+            /// handles made from this one with `try_clone` become blocking
+            /// too. Convert the last handle.
+            ///
+            /// # Panics
+            ///
+            /// If the blocking mode cannot be restored (as `IntoRawFd`).
+            /// The fd is closed before the panic.
+            fn from(s: $t) -> std::os::fd::OwnedFd {
+                let inner = s.into_std().unwrap_or_else(|e| {
+                    panic!(concat!("goro::net::", stringify!($t), "::into OwnedFd: {}"), e)
+                });
+                std::os::fd::OwnedFd::from(inner)
             }
         }
     };

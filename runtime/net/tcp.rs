@@ -6,7 +6,7 @@ use crate::netpoll::Mode;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::time::Duration;
 
 /// Listen backlog: the system's maximum (Go's maxListenerBacklog reads
@@ -288,7 +288,7 @@ impl TcpStream {
 }
 
 common_socket_methods!(TcpStream);
-std_conversions!(into_std TcpStream, std::net::TcpStream);
+std_conversions!(TcpStream, std::net::TcpStream, without TryFrom);
 stream_io!(TcpStream);
 
 impl From<std::net::TcpStream> for TcpStream {
@@ -304,14 +304,6 @@ impl From<std::net::TcpStream> for TcpStream {
             .set_nonblocking(true)
             .and_then(|()| TcpStream::from_nonblocking(inner))
             .unwrap_or_else(|e| panic!("goro::net::TcpStream::from: {e}"))
-    }
-}
-
-impl IntoRawFd for TcpStream {
-    fn into_raw_fd(self) -> std::os::fd::RawFd {
-        let TcpStream { fd, inner } = self;
-        drop(fd);
-        inner.into_raw_fd()
     }
 }
 
