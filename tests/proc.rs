@@ -10,8 +10,13 @@
 //! goroutine it starts.
 //!
 //! Also ported: TestYieldLocked, TestYieldLockedProgress, TestBlockLocked,
-//! TestBigGOMAXPROCS. Lost wake-ups: `wakeup_*_no_rescue` run in child
-//! processes with GODEBUG=gorosysmonrescue=0 (see docs/TESTING.md);
+//! TestBigGOMAXPROCS, TestGCFairness and TestGCFairness2 (testprog/gc.go,
+//! without a GC: `syscall_loops_do_not_starve_sleeper`,
+//! `three_hogs_on_one_p_all_progress`), and from Go 1.23's time package
+//! TestAfterFuncStarvation (also with cooperative preemption only) and
+//! TestZeroTimer (`zero_timer_no_rescue`). Lost wake-ups:
+//! `wakeup_*_no_rescue` run in child processes with
+//! GODEBUG=gorosysmonrescue=0 (see docs/TESTING.md);
 //! `timers_survive_shrinking_procs` covers the timers of destroyed Ps.
 //!
 //! Skipped: TestGoroutineParallelism2's netpoll variant,
@@ -1598,4 +1603,179 @@ fn failed_start_can_be_retried() {
         assert!(text.contains("survived SIGURG"), "{mode}: {text}");
         assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{mode}: {text}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// More ports: TestAfterFuncStarvation (Go 1.23 time/sleep_test.go),
+// TestGCFairness / TestGCFairness2 (testprog/gc.go), TestZeroTimer.
+
+/// One round of TestAfterFuncStarvation: with GOMAXPROCS = 1 a producer
+/// and a consumer ping-pong on a one-slot channel, so one of them is always
+/// runnable; an after_func(1 µs) must still get to run and stop them.
+fn after_func_starvation_rounds() {
+    run(|| {
+        let _p = procs(1);
+        for _ in 0..scale(1000) {
+            let stop = Arc::new(AtomicBool::new(false));
+            let (tx, rx) = chan::<bool>(1);
+            let producer = {
+                let stop = stop.clone();
+                goro::spawn(move || {
+                    while !stop.load(SeqCst) {
+                        tx.send(true).unwrap();
+                    }
+                    tx.close();
+                })
+            };
+            let consumer = goro::spawn(move || rx.iter().count());
+            let s = stop.clone();
+            let _t =
+                goro::time::after_func(Duration::from_micros(1), move || s.store(true, SeqCst));
+            producer.join().unwrap();
+            consumer.join().unwrap();
+        }
+    })
+}
+
+/// TestAfterFuncStarvation (Go 1.23, Go issue 65178): repeated 1000 times
+/// (100 under qemu; Go's live-lock showed within 10,000 runs on wasm). A starved after_func
+/// hangs the child.
+#[test]
+fn after_func_starvation() {
+    isolated("after_func_starvation", after_func_starvation_rounds);
+}
+
+/// TestAfterFuncStarvation with asynchronous preemption off: the
+/// ping-pong pair makes runtime calls all the time, so the cooperative
+/// preemption flag (Go's stack-guard preemption) alone must end the
+/// inherited time slice and let the after_func goroutine run.
+#[test]
+fn after_func_starvation_cooperative() {
+    isolated_env(
+        "after_func_starvation_cooperative",
+        Some("asyncpreemptoff=1"),
+        after_func_starvation_rounds,
+    );
+}
+
+/// TestGCFairness (testprog GCFairness): with GOMAXPROCS = 1 two
+/// goroutines write to /dev/null in a loop (each write a guarded system
+/// call: one through `blocking`, one through an `enter_syscall` guard),
+/// and a goroutine sleeping 10 ms still wakes. Go's program never stops
+/// its writers; here they stop once the sleeper is back. A starved sleeper
+/// hangs the child.
+#[test]
+fn syscall_loops_do_not_starve_sleeper() {
+    isolated("syscall_loops_do_not_starve_sleeper", || {
+        run(|| {
+            use std::io::Write;
+            let _p = procs(1);
+            let f = Arc::new(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/null")
+                    .unwrap(),
+            );
+            let stop = Arc::new(AtomicBool::new(false));
+            let writes = Arc::new(AtomicU64::new(0));
+            let writers: Vec<_> = (0..2)
+                .map(|i| {
+                    let (f, stop, writes) = (f.clone(), stop.clone(), writes.clone());
+                    goro::spawn(move || {
+                        while !stop.load(Relaxed) {
+                            if i == 0 {
+                                goro::blocking(|| (&*f).write_all(b".")).unwrap();
+                            } else {
+                                let g = goro::enter_syscall();
+                                (&*f).write_all(b".").unwrap();
+                                goro::exit_syscall(g);
+                            }
+                            writes.fetch_add(1, Relaxed);
+                        }
+                    })
+                })
+                .collect();
+            // The writers run first: this goroutine sleeps while they loop.
+            while writes.load(Relaxed) == 0 {
+                goro::yield_now();
+            }
+            goro::time::sleep(Duration::from_millis(10));
+            stop.store(true, Relaxed);
+            for w in writers {
+                w.join().unwrap();
+            }
+        })
+    });
+}
+
+/// TestGCFairness2 (testprog GCFairness2) without a GC: with GOMAXPROCS =
+/// 1, three goroutines allocate in loops without any runtime call, and
+/// every one of them makes progress while the main goroutine sleeps
+/// (preempted goroutines go to the back of the queue, so none is starved
+/// by the other two). Go checks after 30 ms (and 1 s more); here the main
+/// goroutine polls until all three have run, and a starved one hangs the
+/// child.
+#[test]
+fn three_hogs_on_one_p_all_progress() {
+    isolated("three_hogs_on_one_p_all_progress", || {
+        run(|| {
+            let _p = procs(1);
+            let stop = Arc::new(AtomicBool::new(false));
+            let counts: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+            let hogs: Vec<_> = (0..3)
+                .map(|i| {
+                    let (stop, counts) = (stop.clone(), counts.clone());
+                    goro::spawn(move || {
+                        while !stop.load(Relaxed) {
+                            std::hint::black_box(vec![0u8; 1024]);
+                            counts[i].fetch_add(1, Relaxed);
+                        }
+                    })
+                })
+                .collect();
+            goro::time::sleep(Duration::from_millis(30));
+            // Polling for progress (each sleep lets the hogs run).
+            while counts.iter().any(|c| c.load(Relaxed) == 0) {
+                goro::time::sleep(Duration::from_millis(1));
+            }
+            stop.store(true, Relaxed);
+            for h in hogs {
+                h.join().unwrap();
+            }
+        })
+    });
+}
+
+/// TestZeroTimer (Go 1.23: impl=chan, impl=func, impl=cache; Go issue
+/// 44868, zero-duration timers missed by the scheduler), with sysmon's
+/// rescue and async preemption off so that a missed timer hangs the child
+/// instead of costing 10 ms. Go runs 1,000,000 iterations per impl with a
+/// 2 s bound each; here 100,000 (10,000 under qemu).
+#[test]
+fn zero_timer_no_rescue() {
+    isolated_env("zero_timer_no_rescue", Some(NO_RESCUE), || {
+        run(|| {
+            use goro::time::{after_func, Timer};
+            let _p = procs(2);
+            let n = scale(100_000);
+            for _ in 0..n {
+                Timer::new(Duration::ZERO).recv();
+            }
+            for _ in 0..n {
+                let (tx, rx) = chan::<()>(1);
+                let _t = after_func(Duration::ZERO, move || {
+                    let _ = tx.send(());
+                });
+                rx.recv().unwrap();
+            }
+            let (tx, rx) = chan::<()>(1);
+            let t = after_func(Duration::from_secs(3600), move || {
+                let _ = tx.send(());
+            });
+            for _ in 0..n {
+                t.reset(Duration::ZERO);
+                rx.recv().unwrap();
+            }
+        })
+    });
 }

@@ -6,6 +6,11 @@
 //! `recv(goro::time::after(d))` timeout idiom, one channel in several arms,
 //! and select from a plain OS thread.
 //!
+//! Also ported: TestSelectStackAdjust (goro's stack shrinker in place of
+//! Go's GC), and two of chan_test.go's benchmarks as tests with exact
+//! accounting: BenchmarkChanPopular (`select_popular_channel`) and
+//! BenchmarkSelectProdCons (`select_prod_cons_with_timers`).
+//!
 //! Go's nil channel (a case that can never proceed) is emulated by a fresh
 //! channel whose other end is kept alive but never used.
 
@@ -1385,4 +1390,230 @@ fn select_choices_differ_between_runs() {
         })
         .collect();
     assert_ne!(choices[0], choices[1], "the same choices in two runs");
+}
+
+// ---------------------------------------------------------------------------
+// Go's channel benchmarks (runtime/chan_test.go) as correctness tests, and
+// TestSelectStackAdjust.
+
+/// BenchmarkChanPopular as a test: 1000 goroutines (100 under qemu) each
+/// select on a shared "popular" channel and on their own channel, 100
+/// rounds; the main goroutine serves the own channels one by one, so every
+/// select leaves the popular channel's long wait queue again. Added: a
+/// final select in which each goroutine takes exactly one value sent on
+/// the popular channel, which finds stale or lost queue entries.
+#[test]
+fn select_popular_channel() {
+    let _w = common::watchdog();
+    run(|| {
+        let n = scale(1000);
+        let rounds = 100;
+        let (pop_tx, pop_rx) = chan::<usize>(0);
+        let mut own = Vec::new();
+        let hs: Vec<_> = (0..n)
+            .map(|j| {
+                let (d_tx, d_rx) = chan::<usize>(0);
+                own.push(d_tx);
+                let pop_rx = pop_rx.clone();
+                goro::spawn(move || {
+                    for i in 0..rounds {
+                        goro::select! {
+                            recv(pop_rx) -> v => panic!("goroutine {j} round {i}: popular sent {v:?} early"),
+                            recv(d_rx) -> v => assert_eq!(v, Ok(i)),
+                        }
+                    }
+                    goro::select! {
+                        recv(pop_rx) -> v => v.unwrap(),
+                        recv(d_rx) -> v => panic!("goroutine {j}: own channel sent {v:?} at the end"),
+                    }
+                })
+            })
+            .collect();
+        for i in 0..rounds {
+            for d in &own {
+                d.send(i).unwrap();
+            }
+        }
+        for k in 0..n {
+            pop_tx.send(k).unwrap();
+        }
+        let mut got: Vec<usize> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            (0..n).collect::<Vec<_>>(),
+            "popular values lost or doubled"
+        );
+    });
+}
+
+/// BenchmarkSelectProdCons as a test: four producers and four consumers
+/// share a 128-slot channel, every send and receive a select that also
+/// waits on its own pending `after(1h)` and on a close channel that never
+/// closes (local work in between, as in Go); each producer ends with a 0,
+/// each consumer stops at the first 0. Every value is received, and
+/// neither the timers nor the close channel are ever chosen.
+#[test]
+fn select_prod_cons_with_timers() {
+    let _w = common::watchdog();
+    run(|| {
+        let procs = 4;
+        let per = scale(100_000) as u64;
+        let (myc_tx, myc_rx) = chan::<u64>(128);
+        let (close_tx, close_rx) = chan::<()>(0);
+        let mut hs = Vec::new();
+        for _ in 0..procs {
+            let (myc_tx, close) = (myc_tx.clone(), close_rx.clone());
+            hs.push(goro::spawn(move || {
+                let mytimer = goro::time::after(Duration::from_secs(3600));
+                let mut foo = 1u64;
+                for _ in 0..per {
+                    for _ in 0..100 {
+                        foo = std::hint::black_box(foo * 2) / 2;
+                    }
+                    goro::select! {
+                        send(myc_tx, 1) -> r => r.unwrap(),
+                        recv(mytimer) -> _ => panic!("producer: the 1h timer fired"),
+                        recv(close) -> _ => panic!("producer: close channel ready"),
+                    }
+                }
+                myc_tx.send(0).unwrap();
+                (per, foo)
+            }));
+            let (myc_rx, close) = (myc_rx.clone(), close_rx.clone());
+            hs.push(goro::spawn(move || {
+                let mytimer = goro::time::after(Duration::from_secs(3600));
+                let mut foo = 1u64;
+                let mut got = 0;
+                loop {
+                    let v = goro::select! {
+                        recv(myc_rx) -> v => v.unwrap(),
+                        recv(mytimer) -> _ => panic!("consumer: the 1h timer fired"),
+                        recv(close) -> _ => panic!("consumer: close channel ready"),
+                    };
+                    if v == 0 {
+                        break;
+                    }
+                    got += v;
+                    for _ in 0..100 {
+                        foo = std::hint::black_box(foo * 2) / 2;
+                    }
+                }
+                (got, foo)
+            }));
+        }
+        let mut sent = 0;
+        let mut received = 0;
+        for (k, h) in hs.into_iter().enumerate() {
+            let (count, foo) = h.join().unwrap();
+            assert_eq!(foo, 1);
+            if k % 2 == 0 {
+                sent += count;
+            } else {
+                received += count;
+            }
+        }
+        assert_eq!(received, sent);
+        assert!(myc_rx.is_empty());
+        drop(close_tx);
+    });
+}
+
+#[inline(never)]
+fn stack_growth_recursive(i: usize) {
+    let pad = std::hint::black_box([0u64; 128]);
+    for x in pad.iter() {
+        if *x != 0 {
+            return;
+        }
+    }
+    if i != 0 {
+        stack_growth_recursive(i - 1);
+    }
+    std::hint::black_box(&pad);
+}
+
+/// The stack shrinker (runtime/shrink.rs) at its stress setting while
+/// held, defaults (500 ms, 500 ms) restored on drop; serialises its users.
+/// Process-wide: other tests of this binary get their parked stacks
+/// shrunk meanwhile too, which a correct runtime allows.
+struct AggressiveShrink(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+fn aggressive_shrink() -> AggressiveShrink {
+    static SHRINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let g = SHRINK.lock().unwrap_or_else(|e| e.into_inner());
+    goro::__private::set_stack_shrink(Duration::ZERO, Duration::ZERO);
+    AggressiveShrink(g)
+}
+
+impl Drop for AggressiveShrink {
+    fn drop(&mut self) {
+        let d = Duration::from_millis(500);
+        goro::__private::set_stack_shrink(d, d);
+    }
+}
+
+/// TestSelectStackAdjust, with goro's shrinker for Go's GC (goro stacks do
+/// not move, so the shrinker releases the dead pages below a parked
+/// goroutine's stack pointer instead): two goroutines grow their stacks
+/// ~64 KiB, then block in select (one with every case twice) with a
+/// 512-byte local in the selecting frame; once both are parked and stacks
+/// have been shrunk, one gets a value on `d`, the other sees `d` closed.
+/// The received values and the locals must be intact.
+#[test]
+fn select_stack_adjust() {
+    let _w = common::watchdog();
+    let _s = aggressive_shrink();
+    run(|| {
+        let (_c_tx, c_rx) = chan::<u64>(0);
+        let (d_tx, d_rx) = chan::<u64>(0);
+        let gs: Vec<_> = [false, true]
+            .into_iter()
+            .map(|dup| {
+                let (c_rx, d_rx) = (c_rx.clone(), d_rx.clone());
+                goro::spawn(move || {
+                    // Temporarily grow the stack.
+                    stack_growth_recursive(64);
+                    let val = std::hint::black_box([42u64; 64]);
+                    let cx = if dup {
+                        goro::select! {
+                            recv(c_rx) -> v => v,
+                            recv(c_rx) -> v => v,
+                            recv(d_rx) -> v => v,
+                            recv(d_rx) -> v => v,
+                        }
+                    } else {
+                        goro::select! {
+                            recv(c_rx) -> v => v,
+                            recv(d_rx) -> v => v,
+                        }
+                    };
+                    let val = std::hint::black_box(val);
+                    assert!(
+                        val.iter().all(|&v| v == 42),
+                        "dup {dup}: local changed: {val:?}"
+                    );
+                    cx
+                })
+            })
+            .collect();
+        let s0 = goro::__private::stack_shrinks().0;
+        for g in &gs {
+            common::wait_parked(g.id());
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // Polling the shrinker's counter (it works on its own clock).
+        while goro::__private::stack_shrinks().0 < s0 + 2 && Instant::now() < deadline {
+            goro::time::sleep(Duration::from_millis(1));
+        }
+        d_tx.send(0x5e1ec7).unwrap();
+        d_tx.close();
+        let mut got: Vec<_> = gs.into_iter().map(|g| g.join().unwrap()).collect();
+        got.sort_by_key(|r| r.is_ok());
+        assert_eq!(got, vec![Err(RecvError), Ok(0x5e1ec7)]);
+        assert!(
+            goro::__private::stack_shrinks().0 > s0,
+            "the shrinker never released a stack"
+        );
+    });
 }

@@ -2,7 +2,9 @@
 //! TestMutexFairness, rwmutex_test.go, waitgroup_test.go, once_test.go,
 //! cond_test.go, TestSemaphore) plus goroutine/thread mixes: plain OS
 //! threads and goroutines contending for the same primitive, a goroutine
-//! inside `blocking()`, locks held across parks.
+//! inside `blocking()`, locks held across parks. Two of Go's sync
+//! benchmarks run as tests: benchmarkCond (`cond_broadcast_rounds`) and
+//! BenchmarkWaitGroupActuallyWait (`waitgroup_reuse_actually_wait`).
 //!
 //! Not ported: TestMutexMisuse and the RWMutex misuse cases (unlocking an
 //! unlocked lock cannot be written with guards), TestCondCopy (a Rust Cond
@@ -1662,4 +1664,110 @@ fn semaphore_release_never_wraps() {
         .collect();
     let panics: usize = hs.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(panics, rounds, "one release per round must panic");
+}
+
+// ---------------------------------------------------------------------------
+// Go's sync benchmarks as correctness tests.
+
+/// benchmarkCond (sync/cond_test.go, BenchmarkCond1..32) as a test:
+/// `waiters + 1` goroutines meet in rounds under one Cond: each arrival
+/// counts itself in, the last of a round resets the count and broadcasts,
+/// the others wait; a goroutine done with its iterations ends the game
+/// (id = -1) and broadcasts. Added: every broadcast advances a
+/// generation, and a waiter must wake into a later generation (Go's Cond
+/// has no spurious wake-ups). A lost broadcast hangs the test.
+#[test]
+fn cond_broadcast_rounds() {
+    let _w = common::watchdog();
+    let _w = watchdog();
+    goro::run(|| {
+        for waiters in [1usize, 2, 4, 8, 16, 32] {
+            let iters = scale(10_000);
+            // (id, generation)
+            let st = Arc::new((Mutex::new((0i64, 0u64)), Cond::new()));
+            let hs: Vec<_> = (0..waiters + 1)
+                .map(|_| {
+                    let st = st.clone();
+                    goro::spawn(move || {
+                        let (m, c) = &*st;
+                        for _ in 0..iters {
+                            let mut g = m.lock();
+                            if g.0 == -1 {
+                                break;
+                            }
+                            g.0 += 1;
+                            if g.0 == waiters as i64 + 1 {
+                                g.0 = 0;
+                                g.1 += 1;
+                                c.notify_all();
+                            } else {
+                                let gen = g.1;
+                                g = c.wait(g);
+                                assert!(g.1 > gen, "woke without a broadcast ({waiters} waiters)");
+                            }
+                            drop(g);
+                        }
+                        let mut g = m.lock();
+                        g.0 = -1;
+                        g.1 += 1;
+                        c.notify_all();
+                    })
+                })
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+        }
+    });
+}
+
+/// BenchmarkWaitGroupActuallyWait (sync/waitgroup_test.go) as a test,
+/// reusing one WaitGroup (legal once every wait of the previous round has
+/// returned) and with several waiters per round: round after round, a fresh
+/// goroutine does the work and `done()`; four waiters (goroutines) and the
+/// main goroutine wait, and none may return before the work is done.
+#[test]
+fn waitgroup_reuse_actually_wait() {
+    let _w = common::watchdog();
+    let _w = watchdog();
+    goro::run(|| {
+        let wg = WaitGroup::new();
+        let work = Arc::new(AtomicUsize::new(0));
+        let (start_tx, start_rx) = chan::<usize>(0);
+        let (back_tx, back_rx) = chan::<usize>(4);
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let (wg, work, start_rx, back_tx) =
+                    (wg.clone(), work.clone(), start_rx.clone(), back_tx.clone());
+                goro::spawn(move || {
+                    while let Ok(round) = start_rx.recv() {
+                        wg.wait();
+                        assert!(work.load(SeqCst) > round, "wait returned before done()");
+                        back_tx.send(round).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for round in 0..scale(20_000) {
+            wg.add(1);
+            for _ in 0..4 {
+                start_tx.send(round).unwrap();
+            }
+            let (wg2, work2) = (wg.clone(), work.clone());
+            let worker = goro::spawn(move || {
+                work2.store(round + 1, SeqCst);
+                wg2.done();
+            });
+            wg.wait();
+            assert_eq!(work.load(SeqCst), round + 1, "wait returned before done()");
+            for _ in 0..4 {
+                assert_eq!(back_rx.recv().unwrap(), round);
+            }
+            worker.join().unwrap();
+        }
+        start_tx.close();
+        for w in waiters {
+            w.join().unwrap();
+        }
+    });
 }

@@ -7,6 +7,15 @@
 //! 1.23's guarantees: timer channels are never closed, no stale value after
 //! stop/reset, and timers nobody can observe are released.
 //!
+//! From Go 1.23's time tests also: TestTimerModifiedEarlier,
+//! TestAdjustTimers (both with Go's impl=chan and impl=func timers),
+//! TestAfterTimes and TestTickTimes, TestChan (its synchronous-channel
+//! path, for Timer and Ticker), TestTickerConcurrentStress,
+//! TestLongAdjustTimers (scaled down), and TestChan's "Stop and Reset
+//! block old values" as an accounting test under concurrent receivers
+//! (`stop_result_accounts_for_every_value`). TestZeroTimer and
+//! TestAfterFuncStarvation are in tests/proc.rs (child processes).
+//!
 //! Only lower bounds on elapsed time are asserted (a timer must never fire
 //! early); no test asserts that anything is fast.
 
@@ -850,6 +859,597 @@ fn timer_reset_and_stop_under_preemption() {
             .collect();
         for h in hs {
             assert!(h.join().unwrap() > 0);
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Ports of the timer tests Go added up to 1.23 (time/sleep_test.go,
+// time/tick_test.go).
+
+/// Bound for "this must eventually arrive" waits: a hang detector, not a
+/// speed assertion (Go's tests bound the same waits with 1-10 s).
+fn patience() -> Duration {
+    Duration::from_secs(if common::qemu() { 120 } else { 20 })
+}
+
+/// A small xorshift generator (no rand dependency), seeded from the clock;
+/// the seed goes into every failure message.
+struct Rng(u64);
+
+impl Rng {
+    fn from_clock() -> Rng {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        Rng(nanos | 1)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Go's `newTimerFunc`: a timer built on after_func whose function sends
+/// the time on its own one-slot channel, so the runtime's timer-channel
+/// path is bypassed (Go 1.23 runs its timer tests both ways).
+fn new_timer_func(d: Duration) -> (Timer, goro::Receiver<Instant>) {
+    let (tx, rx) = chan::<Instant>(1);
+    let t = after_func(d, move || {
+        // The test may have dropped the receiver: nothing to deliver to.
+        let _ = tx.send(Instant::now());
+    });
+    (t, rx)
+}
+
+/// A channel Timer with its receiver, the same shape as [`new_timer_func`].
+fn new_timer_chan(d: Duration) -> (Timer, goro::Receiver<Instant>) {
+    let t = Timer::new(d);
+    let rx = t.receiver().clone();
+    (t, rx)
+}
+
+/// TestTimerModifiedEarlier (Go 1.23, impl=chan and impl=func; Go issue
+/// 47329): a timer moved from an hour to "now" ten times in a row, with a
+/// stop (and a drain if stop says it already ran) before each reset, still
+/// fires. Go's "past" is a negative duration; here zero. The 10 s deadline
+/// is Go's hang detector, kept.
+#[test]
+fn timer_modified_earlier() {
+    let _w = common::watchdog();
+    run(|| {
+        for (name, new) in [
+            ("chan", new_timer_chan as fn(Duration) -> _),
+            ("func", new_timer_func),
+        ] {
+            for i in 0..scale(1000) {
+                let (timer, rx) = new(Duration::from_secs(3600));
+                for _ in 0..10 {
+                    if !timer.stop() {
+                        rx.recv().unwrap();
+                    }
+                    timer.reset(Duration::ZERO);
+                }
+                goro::select! {
+                    recv(rx) -> v => { v.unwrap(); },
+                    recv(after(Duration::from_secs(10))) -> _ => {
+                        panic!("impl={name} iteration {i}: timer moved earlier never fired")
+                    },
+                }
+            }
+        }
+    });
+}
+
+/// TestAdjustTimers (Go 1.23, impl=chan and impl=func; Go issue 47762):
+/// 100 timers, each driven through fire, receive, reset to 1-3 minutes,
+/// stop, reset to zero and receive, in a random interleaving across the
+/// timers; moving timers earlier and later must lose none. Deviations:
+/// stop of a minute-long timer is asserted to return true (Go only logs),
+/// and the final receive is bounded by `patience()` (a lost move leaves it
+/// waiting for minutes) instead of Go's 750 ms.
+#[test]
+fn adjust_timers() {
+    let _w = common::watchdog();
+    run(|| {
+        for (name, new) in [
+            ("chan", new_timer_chan as fn(Duration) -> _),
+            ("func", new_timer_func),
+        ] {
+            let mut rng = Rng::from_clock();
+            let seed = rng.0;
+            let n = 100;
+            let mut timers: Vec<Option<(Timer, goro::Receiver<Instant>)>> =
+                (0..n).map(|_| None).collect();
+            let mut states = vec![0usize; n];
+            let mut indices: Vec<usize> = (0..n).collect();
+            while !indices.is_empty() {
+                let ii = rng.below(indices.len());
+                let i = indices[ii];
+                let state = states[i];
+                states[i] += 1;
+                let ctx = format!("impl={name} seed={seed} timer {i} state {state}");
+                if state == 0 {
+                    timers[i] = Some(new(Duration::ZERO));
+                    continue;
+                }
+                let (timer, rx) = timers[i].as_ref().unwrap();
+                let minute = Duration::from_secs(60);
+                match state {
+                    // Timer is now idle.
+                    1 => drop(rx.recv().unwrap()),
+                    // Reset to various long durations, which we'll cancel.
+                    2 | 4 | 6 => {
+                        let d = minute * [1, 3, 2][state / 2 - 1];
+                        assert!(!timer.reset(d), "{ctx}: reset of an idle timer said active");
+                    }
+                    // Stop a long-duration timer.
+                    3 | 5 | 7 => {
+                        assert!(timer.stop(), "{ctx}: stop of a minute-long timer said idle")
+                    }
+                    // Start a short-duration timer.
+                    8 => assert!(!timer.reset(Duration::ZERO), "{ctx}: reset returned true"),
+                    9 => {
+                        rx.recv_timeout(patience()).unwrap_or_else(|e| {
+                            panic!("{ctx}: timer reset to zero did not fire: {e:?}")
+                        });
+                    }
+                    // Timer is done. Swap with tail and remove.
+                    _ => {
+                        indices.swap_remove(ii);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// TestAfterTimes and TestTickTimes (Go 1.23): a reader that comes late
+/// gets the time the timer fired, not the time it looked. Go retries ten
+/// times with a 400 ms threshold; here the check is structural: the value
+/// lies between the deadline and the moment the reader started receiving.
+#[test]
+fn after_and_tick_values_are_fire_times() {
+    let _w = common::watchdog();
+    run(|| {
+        let d = Duration::from_millis(10);
+        let start = Instant::now();
+        let timer = Timer::new(d);
+        let chans = [
+            ("after", after(d)),
+            ("tick", tick(d)),
+            ("Timer", timer.receiver().clone()),
+        ];
+        // The subject of the test, not synchronisation: read late.
+        sleep(d * 10);
+        let looked = Instant::now();
+        for (what, rx) in &chans {
+            let v = rx.recv().unwrap();
+            assert!(
+                v >= start + d,
+                "{what}: value {:?} before the deadline",
+                v - start
+            );
+            assert!(
+                v < looked,
+                "{what}: value {:?} after start is the receive time (reader looked at {:?}), \
+                 not the fire time",
+                v - start,
+                looked - start
+            );
+        }
+    });
+}
+
+/// Go's `timer` interface in TestChan: Timer and Ticker with Stop/Reset
+/// returning "pending"; for a Ticker (Go's tickerTimer) that is "was not
+/// stopped".
+enum Tim {
+    Timer(Timer),
+    Ticker(Ticker, std::cell::Cell<bool>),
+}
+
+impl Tim {
+    fn stop(&self) -> bool {
+        match self {
+            Tim::Timer(t) => t.stop(),
+            Tim::Ticker(t, stopped) => {
+                t.stop();
+                !stopped.replace(true)
+            }
+        }
+    }
+    fn reset(&self, d: Duration) -> bool {
+        match self {
+            Tim::Timer(t) => t.reset(d),
+            Tim::Ticker(t, stopped) => {
+                t.reset(d);
+                !stopped.replace(false)
+            }
+        }
+    }
+    fn rx(&self) -> goro::Receiver<Instant> {
+        match self {
+            Tim::Timer(t) => t.receiver().clone(),
+            Tim::Ticker(t, _) => t.receiver().clone(),
+        }
+    }
+}
+
+/// TestChan's testTimerChan with Go 1.23 synchronous timer channels
+/// (asynctimerchan=0): stop/reset with and without goroutines blocked on
+/// the channel (plain receive and select), goroutines blocked on a
+/// stopped timer's channel get nothing, and no value from before a
+/// stop/reset is ever received. Deviations: "a goroutine is blocked on
+/// <-C" is established with `wait_parked` instead of Go's sleeps, "a tick
+/// is buffered" with `wait_until`; the remaining short sleeps only give a
+/// wrong delivery the chance to show itself before a "no tick" check;
+/// waits for a tick are bounded by `patience()` (Go: 100 x 10 ms).
+fn check_timer_chan(tim: &Tim) {
+    let is_ticker = matches!(tim, Tim::Ticker(..));
+    let c = tim.rx();
+    let sched = Duration::from_millis(10);
+    let far = Duration::from_secs(10_000);
+    let ns = Duration::from_nanos(1);
+    let no_tick = |what: &str| {
+        assert!(
+            matches!(c.try_recv(), Err(goro::TryRecvError::Empty)),
+            "extra tick: {what}"
+        )
+    };
+    let assert_tick = |what: &str| {
+        c.recv_timeout(patience())
+            .unwrap_or_else(|e| panic!("missing tick: {what}: {e:?}"));
+    };
+
+    // Simple stop; timer never in heap.
+    tim.stop();
+    no_tick("after the first stop");
+    // Modify of a timer not in the heap.
+    tim.reset(far);
+    no_tick("after reset far");
+    // Modify of a timer in the heap.
+    tim.reset(ns);
+    sleep(sched);
+    assert_tick("after reset(1ns)");
+
+    // A ticker ticks again meanwhile (a tick sits in the buffer); the reset
+    // must discard it.
+    if is_ticker {
+        wait_until("a buffered tick", || c.len() == 1);
+    }
+    tim.reset(far);
+    no_tick("stale tick after reset far");
+
+    // Stop and reset while a goroutine is blocked on <-C.
+    tim.reset(far);
+    let (done_tx, done_rx) = chan::<()>(0);
+    let g = {
+        let c = c.clone();
+        goro::spawn(move || {
+            c.recv().unwrap();
+            drop(done_tx);
+        })
+    };
+    common::wait_parked(g.id());
+    assert!(done_rx.try_recv().is_err(), "early done");
+    tim.reset(far * 2);
+    sleep(sched);
+    assert!(done_rx.try_recv().is_err(), "early done after reset far");
+    // Imminent reset while in the heap.
+    tim.reset(ns);
+    assert!(
+        matches!(
+            done_rx.recv_timeout(patience()),
+            Err(goro::RecvTimeoutError::Closed)
+        ),
+        "the blocked receiver never got the tick"
+    );
+    g.join().unwrap();
+    // A ticker (1 ns apart) has ticked again; a timer has stopped.
+    if is_ticker {
+        assert_tick("second tick of a 1ns ticker");
+    } else {
+        sleep(sched);
+        no_tick("a timer fired twice");
+    }
+    tim.stop();
+    no_tick("after stop");
+
+    // Again with two goroutines waiting in select.
+    tim.reset(far);
+    let (done_tx, done_rx) = chan::<()>(2);
+    let (stop_tx, stop_rx) = chan::<()>(0);
+    let gs: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, done_tx, stop_rx) = (c.clone(), done_tx.clone(), stop_rx.clone());
+            goro::spawn(move || {
+                goro::select! {
+                    recv(c) -> v => { v.unwrap(); done_tx.send(()).unwrap(); },
+                    recv(stop_rx) -> _ => {},
+                }
+            })
+        })
+        .collect();
+    for g in &gs {
+        common::wait_parked(g.id());
+    }
+    assert!(done_rx.try_recv().is_err(), "early done (select)");
+    tim.reset(sched / 2);
+    done_rx
+        .recv_timeout(patience())
+        .expect("no select receiver got the tick");
+    tim.stop();
+    stop_tx.close();
+    for g in gs {
+        g.join().unwrap();
+    }
+    if is_ticker {
+        // The second waiter may have taken a second tick before the stop.
+        let _ = done_rx.try_recv();
+    }
+    assert!(
+        done_rx.try_recv().is_err(),
+        "a timer woke two select receivers"
+    );
+    no_tick("tick after stop (select)");
+
+    // Goroutines blocked on a stopped timer's channel get nothing.
+    let (stop_tx, stop_rx) = chan::<()>(0);
+    let gs: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, stop_rx) = (c.clone(), stop_rx.clone());
+            goro::spawn(move || {
+                goro::select! {
+                    recv(c) -> _ => panic!("unexpected data from a stopped timer"),
+                    recv(stop_rx) -> _ => {},
+                }
+            })
+        })
+        .collect();
+    for g in &gs {
+        common::wait_parked(g.id());
+    }
+    sleep(sched);
+    stop_tx.close();
+    for g in gs {
+        g.join().unwrap();
+    }
+
+    // Stop and Reset block old values from being received (Go issue 37196).
+    tim.reset(ns);
+    wait_until("the fired value", || c.len() == 1);
+    assert!(
+        tim.stop(),
+        "stop of a fired, unreceived timer must say pending"
+    );
+    no_tick("value from before stop");
+    tim.reset(Duration::from_secs(3600));
+    no_tick("after reset(1h)");
+    assert!(tim.reset(ns), "reset of an armed timer must say pending");
+    assert_tick("after reset(1ns)");
+    sleep(sched);
+    if is_ticker {
+        assert_tick("ticker keeps ticking");
+        sleep(sched);
+    } else {
+        no_tick("timer fired twice");
+    }
+    assert_eq!(
+        tim.reset(Duration::from_secs(3600)),
+        is_ticker,
+        "pending after the last tick"
+    );
+    no_tick("after the last reset");
+    tim.stop();
+}
+
+/// TestChan (Go 1.23, time/tick_test.go), Timer half.
+#[test]
+fn timer_chan_sync_semantics() {
+    let _w = common::watchdog();
+    run(|| check_timer_chan(&Tim::Timer(Timer::new(Duration::from_secs(10_000)))));
+}
+
+/// TestChan (Go 1.23, time/tick_test.go), Ticker half.
+#[test]
+fn ticker_chan_sync_semantics() {
+    let _w = common::watchdog();
+    run(|| {
+        let t = Ticker::new(Duration::from_secs(10_000));
+        check_timer_chan(&Tim::Ticker(t, std::cell::Cell::new(false)))
+    });
+}
+
+/// TestTickerConcurrentStress (Go 1.23): ten goroutines receive 100 ticks
+/// each from one 1 ns ticker while another goroutine keeps sleeping 1 ns
+/// (Go's loop calls runtime.GC too; goro has none).
+#[test]
+fn ticker_concurrent_stress() {
+    let _w = common::watchdog();
+    run(|| {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sleeper = {
+            let stop = stop.clone();
+            goro::spawn(move || {
+                while !stop.load(SeqCst) {
+                    sleep(Duration::from_nanos(1));
+                }
+            })
+        };
+        let ticker = Ticker::new(Duration::from_nanos(1));
+        let hs: Vec<_> = (0..10)
+            .map(|_| {
+                let c = ticker.receiver().clone();
+                goro::spawn(move || {
+                    let mut last = None;
+                    for _ in 0..scale(100).max(10) {
+                        let t = c.recv().unwrap();
+                        // One receiver's ticks come in order.
+                        assert!(last.map_or(true, |l| t >= l), "ticks out of order");
+                        last = Some(t);
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        ticker.stop();
+        stop.store(true, SeqCst);
+        sleeper.join().unwrap();
+    });
+}
+
+/// TestLongAdjustTimers (Go 1.23): with a large timer heap built by many
+/// short sleepers, a queueing goroutine ping-pongs work items through
+/// select (its send case disabled while its queue is empty, Go's nil
+/// channel: here a channel nobody receives on) and every item arrives, in
+/// order, each within Go's 5 s `after` bound, all within Go's 60 s
+/// after_func deadline (hang detectors). Go's 5000 sleepers; 5000 rounds
+/// of 20 items (Go 50000); a tenth of both under qemu.
+#[test]
+fn long_adjust_timers() {
+    let _w = common::watchdog();
+    run(|| {
+        let count = scale(5000);
+        let sleepers: Vec<_> = (0..count)
+            .map(|_| goro::spawn(|| sleep(Duration::from_micros(10))))
+            .collect();
+        for _ in 0..count {
+            sleep(Duration::from_micros(1));
+        }
+        let (done_tx, done_rx) = chan::<()>(0);
+        let deadline = after_func(Duration::from_secs(60), move || done_tx.close());
+        let (in_tx, in_rx) = chan::<u64>(0);
+        let (out_tx, out_rx) = chan::<u64>(0);
+        let queue = {
+            let done_rx = done_rx.clone();
+            goro::spawn(move || {
+                let (nil_tx, _nil_rx) = chan::<u64>(0);
+                let mut q = std::collections::VecDeque::new();
+                loop {
+                    let (to, v) = match q.front() {
+                        Some(&v) => (&out_tx, v),
+                        None => (&nil_tx, 0),
+                    };
+                    goro::select! {
+                        send(to, v) -> r => { r.unwrap(); q.pop_front(); },
+                        recv(in_rx) -> f => match f {
+                            Ok(f) => q.push_back(f),
+                            Err(_) => return,
+                        },
+                        recv(done_rx) -> _ => return,
+                    }
+                }
+            })
+        };
+        const TRY: u64 = 20;
+        for i in 0..scale(5000) as u64 {
+            for k in 0..TRY {
+                in_tx.send(i * TRY + k).unwrap();
+            }
+            for k in 0..TRY {
+                goro::select! {
+                    recv(out_rx) -> v => assert_eq!(v.expect("output channel is closed"), i * TRY + k),
+                    recv(after(Duration::from_secs(5))) -> _ => panic!("failed to read work, iteration {i}"),
+                    recv(done_rx) -> _ => panic!("timer expired"),
+                }
+            }
+        }
+        in_tx.close();
+        queue.join().unwrap();
+        assert!(deadline.stop(), "the 60 s deadline fired");
+        for s in sleepers {
+            s.join().unwrap();
+        }
+    });
+}
+
+/// TestChan's last part (Go 1.23, "Stop and Reset block old values from
+/// being received", Go issue 37196), under concurrency: a timer is reset to
+/// a few microseconds and stopped, thousands of times, while four
+/// goroutines wait for its values (in select, or in recv_timeout loops).
+/// Every value is either received exactly once, and then that round's
+/// `stop` returned false, or discarded, and then it returned true: the
+/// count of received values equals the count of false stops. Also for an
+/// after_func timer (its function runs once per false stop). Deviation: Go
+/// checks single steps with sleeps; here random timing, checked by
+/// accounting.
+#[test]
+fn stop_result_accounts_for_every_value() {
+    let _w = common::watchdog();
+    run(|| {
+        for mode in ["select", "recv_timeout", "after_func"] {
+            let got = Arc::new(AtomicUsize::new(0));
+            let t = if mode == "after_func" {
+                let got = got.clone();
+                after_func(Duration::from_secs(3600), move || {
+                    got.fetch_add(1, SeqCst);
+                })
+            } else {
+                Timer::new(Duration::from_secs(3600))
+            };
+            assert!(t.stop());
+            let (quit_tx, quit_rx) = chan::<()>(0);
+            let receivers: Vec<_> = (0..if mode == "after_func" { 0 } else { 4 })
+                .map(|_| {
+                    let (c, got, quit_rx) = (t.receiver().clone(), got.clone(), quit_rx.clone());
+                    goro::spawn(move || loop {
+                        if mode == "select" {
+                            goro::select! {
+                                recv(c) -> v => { v.unwrap(); got.fetch_add(1, SeqCst); },
+                                recv(quit_rx) -> _ => return,
+                            }
+                        } else {
+                            match c.recv_timeout(Duration::from_micros(50)) {
+                                Ok(_) => {
+                                    got.fetch_add(1, SeqCst);
+                                }
+                                Err(_) if quit_rx.is_closed() => return,
+                                Err(_) => {}
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let mut rng = Rng::from_clock();
+            let seed = rng.0;
+            let mut false_stops = 0;
+            let rounds = scale(5_000);
+            for _ in 0..rounds {
+                t.reset(Duration::from_micros(rng.below(10) as u64));
+                for _ in 0..rng.below(1500) {
+                    std::hint::spin_loop();
+                }
+                if rng.below(4) == 0 {
+                    goro::yield_now();
+                }
+                if !t.stop() {
+                    false_stops += 1;
+                }
+            }
+            // A receiver that took a value counts it before it waits again,
+            // and after the last stop no value can arrive: once they have
+            // all seen `quit`, the count is final.
+            quit_tx.close();
+            for r in receivers {
+                r.join().unwrap();
+            }
+            if mode == "after_func" {
+                // stop() == false means f was started, maybe not yet run.
+                wait_until("the started after_func goroutines", || {
+                    got.load(SeqCst) >= false_stops
+                });
+            }
+            assert_eq!(
+                got.load(SeqCst),
+                false_stops,
+                "{mode} (seed {seed}): values received vs stop() == false"
+            );
         }
     });
 }
