@@ -4,7 +4,12 @@
 //!     cargo run --release --example echo -- 127.0.0.1:7000
 //!
 //! Prints `listening on ADDR` once ready. Try it with
-//! `nc 127.0.0.1 7000`.
+//! `nc 127.0.0.1 7000`. Ctrl-C (SIGINT) or SIGTERM ends it with a count of
+//! the connections served (Go's `signal.Notify`).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+static SERVED: AtomicU64 = AtomicU64::new(0);
 
 fn main() {
     let addr = std::env::args()
@@ -15,11 +20,20 @@ fn main() {
             eprintln!("echo: bind {addr}: {e}");
             std::process::exit(1)
         });
+        let (sig_tx, sig_rx) = goro::chan(1);
+        use goro::signal::Signal;
+        goro::signal::notify(&sig_tx, &[Signal::SIGINT, Signal::SIGTERM]).unwrap();
+        goro::go!(move || {
+            let sig = sig_rx.recv().unwrap();
+            eprintln!("echo: {sig}: served {} connections", SERVED.load(Relaxed));
+            std::process::exit(0)
+        });
         println!("listening on {}", l.local_addr().unwrap());
         // incoming() survives EMFILE (logs once, backs off, keeps serving).
         for conn in l.incoming() {
             match conn {
                 Ok(c) => {
+                    SERVED.fetch_add(1, Relaxed);
                     goro::go!(move || echo(c));
                 }
                 Err(e) => eprintln!("echo: accept: {e}"),

@@ -942,6 +942,12 @@ impl<T> Sender<T> {
     pub fn is_closed(&self) -> bool {
         self.c.is_closed()
     }
+    /// Whether `self` and `other` send on the same channel (one is a clone
+    /// of the other, or both of one original), as crossbeam's
+    /// `same_channel`; Go compares channel values with `==`. Never blocks.
+    pub fn same_channel(&self, other: &Sender<T>) -> bool {
+        Arc::ptr_eq(&self.c, &other.c)
+    }
 }
 
 impl<T> Receiver<T> {

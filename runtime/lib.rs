@@ -77,7 +77,7 @@ mod shrink;
 // protocol (docs/TESTING.md, "Model tests").
 #[cfg(all(test, goro_loom))]
 mod sema_model;
-mod signal;
+mod signal_unix;
 #[cfg(all(test, goro_loom))]
 mod spinning_model;
 mod stack;
@@ -90,6 +90,7 @@ mod waitreason;
 
 pub mod io;
 pub mod net;
+pub mod signal;
 pub mod sync;
 pub mod time;
 pub mod trace;

@@ -8,7 +8,7 @@
 //! (forcePreemptNS), while other work waits, to yield: it sets `g.preempt`
 //! (honoured at the next runtime entry) and, unless the M already has a
 //! request pending, stores a request in `m.preempt_req` and sends SIGURG to
-//! the M's thread with tgkill. The handler (signal.rs → [`on_signal`], on
+//! the M's thread with tgkill. The handler (signal_unix.rs → [`on_signal`], on
 //! the M's alternate stack) takes the request and decides whether the
 //! interrupted point is an *async safe point*:
 //!
@@ -243,7 +243,7 @@ pub(crate) fn signal_m(m: &M, req: u32) {
     }
 }
 
-/// The SIGURG handler's decision for a request of ours (signal.rs).
+/// The SIGURG handler's decision for a request of ours (signal_unix.rs).
 /// Runs on the M's alternate signal stack, on the M's own thread:
 /// async-signal-safe (atomics, plain loads and stores, a memcpy; no locks,
 /// no allocation).

@@ -414,7 +414,7 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         .store(stack::round_size(cfg.stack_size), Ordering::Relaxed);
     netpoll::init()?;
     crate::preempt::init(cfg);
-    crate::signal::init(cfg.preempt || cfg.detect_blocking);
+    crate::signal_unix::init(cfg.preempt || cfg.detect_blocking);
     // The steps that can fail (thread creation) come first, and every
     // step before them is idempotent: a start that failed (threads or fds
     // exhausted) can be retried.
@@ -815,7 +815,7 @@ fn mstart(mp: *mut M) {
     // SAFETY: mp is this thread's M.
     let m = unsafe { &*mp };
     m.procid.store(os::gettid(), Ordering::Relaxed);
-    crate::signal::minit(m);
+    crate::signal_unix::minit(m);
     m.fibers.init();
     // g0's base: below mstart's frame and the context the mcall below
     // pushes there, so g0 frames never overwrite either.
@@ -1130,7 +1130,7 @@ fn mexit(m: &M) -> ! {
         let page = os::page_size();
         // SAFETY: we run on g0, not on the signal stack; once disabled no
         // handler can use it, so its mapping (guard page below `base`, as
-        // signal::minit laid it out) is ours to unmap.
+        // signal_unix::minit laid it out) is ours to unmap.
         unsafe {
             libc::sigaltstack(&off, ptr::null_mut());
             libc::munmap((base - page) as *mut libc::c_void, size + page);

@@ -1,242 +1,375 @@
-//! Signals: the guard-page fault handler that turns a stack overflow into
-//! a named report, the SIGURG handler of asynchronous preemption and
-//! blocking detection (the decisions live in preempt.rs), and each M's
-//! alternate signal stack (Go's gsignal).
+//! Relaying signals to channels: Go's `os/signal` (`Notify`, `Stop`) and
+//! the runtime half behind it (sigqueue.go).
 //!
-//! SIGURG is Go's choice (sigPreempt, signal_unix.go): it is sent by
-//! nothing else in practice, its default action is to ignore it, and
-//! debuggers pass it through. A SIGURG that is not ours — sent with kill or
-//! sigqueue, or by tgkill when no request is pending — goes to the handler
-//! installed before goro's, if any. goro's handler uses SA_RESTART, so
-//! restartable system calls (read, write, nanosleep, futex, accept without
-//! a timeout...) resume without EINTR; calls that Linux never restarts
-//! (epoll_wait, poll, select, and socket calls with a timeout) can return
-//! EINTR, as under Go.
+//! ```no_run
+//! use goro::signal::{self, Signal};
 //!
-//! A goroutine that runs off its stack touches the guard page below it; the
-//! kernel delivers SIGSEGV on the M's alternate stack (the goroutine's own
-//! stack is exhausted). The handler maps the fault address back to a stack
-//! through the arena table (stack::guard_hit), prints
-//! `goroutine <id> has overflowed its stack (reserved <N> KiB)` and aborts.
-//! Any other fault is passed to the handler that was installed before ours
-//! (std's, which reports main-thread overflows), or to the default action.
+//! goro::run(|| {
+//!     let (tx, rx) = goro::chan(1);
+//!     signal::notify(&tx, &[Signal::SIGINT, Signal::SIGTERM]).unwrap();
+//!     // ... serve; then, in a select! beside the work, or at the end:
+//!     let sig = rx.recv().unwrap();
+//!     eprintln!("got {sig}, shutting down");
+//! });
+//! ```
 //!
-//! Everything on the handler path is async-signal-safe: atomics, write(2),
-//! abort. No locks, no allocation.
+//! # Delivery (Go's semantics)
+//!
+//! - A relayed signal no longer has its default effect (SIGINT and SIGTERM
+//!   no longer end the process); the channel receives it instead.
+//! - Delivery never blocks: a signal that arrives while the channel is
+//!   full is dropped for that channel. Use a buffer of at least 1.
+//! - Like Go's, the runtime's queue is one bit per signal: several
+//!   arrivals of one signal before the relay goroutine runs are delivered
+//!   once.
+//! - After [`stop`] returns, the channel receives nothing more; a signal
+//!   that no channel relays any longer gets the disposition it had before
+//!   the first `notify` back (its default action, `SIG_IGN`, or the
+//!   handler installed before, such as goro's SIGQUIT dump).
+//!
+//! # How
+//!
+//! The first `notify` of a signal installs goro's handler for it
+//! (`sigaction`, remembering the disposition it replaces). The handler,
+//! async-signal-safe, sets the signal's bit in a pending mask and writes a
+//! byte to a socket pair (Go wakes a note instead: goro's relay is a
+//! goroutine parked in the netpoller on the read end). The relay goroutine
+//! swaps the mask and sends each pending signal to every channel that
+//! relays it, with `try_send`. It exits when no channel relays anything;
+//! while it waits, as in Go, the deadlock report stays off (a signal can
+//! still wake the program).
 
-use crate::m::M;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use crate::chan::Sender;
+use core::fmt;
+use core::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::io;
+use std::io::Read;
+use std::os::fd::{AsRawFd, IntoRawFd};
 
-/// Alternate signal stack per M (bytes).
-const SIGSTACK_SIZE: usize = 64 << 10;
+/// A POSIX signal number (Go's `syscall.Signal`). The constants name the
+/// ones programs usually relay; any number from 1 to 64 can be made with
+/// [`Signal::from_raw`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Signal(libc::c_int);
 
-static OLD_SEGV: AtomicUsize = AtomicUsize::new(0);
-static OLD_BUS: AtomicUsize = AtomicUsize::new(0);
-static OLD_URG: AtomicUsize = AtomicUsize::new(0);
+impl Signal {
+    /// Hang-up (terminal closed; daemons: reload configuration).
+    pub const SIGHUP: Signal = Signal(libc::SIGHUP);
+    /// Interrupt from the keyboard (Ctrl-C). Go's `os.Interrupt`.
+    pub const SIGINT: Signal = Signal(libc::SIGINT);
+    /// Quit from the keyboard (Ctrl-\\). Relaying it replaces goro's
+    /// goroutine dump until [`stop`].
+    pub const SIGQUIT: Signal = Signal(libc::SIGQUIT);
+    /// User-defined signal 1.
+    pub const SIGUSR1: Signal = Signal(libc::SIGUSR1);
+    /// User-defined signal 2.
+    pub const SIGUSR2: Signal = Signal(libc::SIGUSR2);
+    /// Write to a pipe with no reader (goro's sockets never raise it).
+    pub const SIGPIPE: Signal = Signal(libc::SIGPIPE);
+    /// Timer expired (`alarm`).
+    pub const SIGALRM: Signal = Signal(libc::SIGALRM);
+    /// Termination request (`kill`'s default, systemd's stop).
+    pub const SIGTERM: Signal = Signal(libc::SIGTERM);
+    /// A child process stopped or exited.
+    pub const SIGCHLD: Signal = Signal(libc::SIGCHLD);
+    /// Continue after a stop.
+    pub const SIGCONT: Signal = Signal(libc::SIGCONT);
+    /// Stop from the terminal (Ctrl-Z).
+    pub const SIGTSTP: Signal = Signal(libc::SIGTSTP);
+    /// Terminal window size changed.
+    pub const SIGWINCH: Signal = Signal(libc::SIGWINCH);
 
-/// Installs the fault handlers once (runtime start), and the SIGURG
-/// handler when `preempt` (async preemption or blocking detection) is on.
-pub(crate) fn init(preempt: bool) {
-    let mut sigs = vec![
-        (
-            libc::SIGSEGV,
-            &OLD_SEGV,
-            fault_handler as *const () as usize,
-            0,
-        ),
-        (
-            libc::SIGBUS,
-            &OLD_BUS,
-            fault_handler as *const () as usize,
-            0,
-        ),
-    ];
-    if preempt {
-        sigs.push((
-            libc::SIGURG,
-            &OLD_URG,
-            sigurg_handler as *const () as usize,
-            libc::SA_RESTART,
+    /// The signal with number `signo` (not checked here: [`notify`]
+    /// rejects numbers outside 1..=64).
+    pub const fn from_raw(signo: libc::c_int) -> Signal {
+        Signal(signo)
+    }
+
+    /// The signal's number.
+    pub const fn as_raw(self) -> libc::c_int {
+        self.0
+    }
+}
+
+impl fmt::Display for Signal {
+    /// The C name (`SIGINT`), or `signal N` for an unnamed number.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.0 {
+            libc::SIGHUP => "SIGHUP",
+            libc::SIGINT => "SIGINT",
+            libc::SIGQUIT => "SIGQUIT",
+            libc::SIGUSR1 => "SIGUSR1",
+            libc::SIGUSR2 => "SIGUSR2",
+            libc::SIGPIPE => "SIGPIPE",
+            libc::SIGALRM => "SIGALRM",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGCHLD => "SIGCHLD",
+            libc::SIGCONT => "SIGCONT",
+            libc::SIGTSTP => "SIGTSTP",
+            libc::SIGTTIN => "SIGTTIN",
+            libc::SIGTTOU => "SIGTTOU",
+            libc::SIGXCPU => "SIGXCPU",
+            libc::SIGXFSZ => "SIGXFSZ",
+            libc::SIGVTALRM => "SIGVTALRM",
+            libc::SIGPROF => "SIGPROF",
+            libc::SIGWINCH => "SIGWINCH",
+            libc::SIGIO => "SIGIO",
+            libc::SIGPWR => "SIGPWR",
+            n => return write!(f, "signal {n}"),
+        };
+        f.write_str(name)
+    }
+}
+
+impl fmt::Debug for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Signals goro cannot relay: the two no handler sees, the synchronous
+/// faults (a handler returning re-executes the faulting instruction), and
+/// SIGURG, the runtime's preemption signal.
+const FORBIDDEN: [libc::c_int; 9] = [
+    libc::SIGKILL,
+    libc::SIGSTOP,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGTRAP,
+    libc::SIGSYS,
+    libc::SIGURG,
+];
+
+/// Pending signals, bit `n - 1` for signal n (Go's sig.mask). Set by the
+/// handler, swapped to 0 by the relay goroutine. AcqRel on both sides is
+/// not needed for the bit itself (it carries no data); Relaxed suffices
+/// because the wake-up byte written after it is read before the swap
+/// (the socket orders them).
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Write end of the wake-up socket pair, -1 until the first `notify`.
+/// Relaxed: stored before any handler that reads it is installed
+/// (sigaction orders it), never changed afterwards.
+static WAKE_W: AtomicI32 = AtomicI32::new(-1);
+
+/// One relaying channel: the signals (bit n - 1 for n) it asked for.
+struct Sub {
+    tx: Sender<Signal>,
+    mask: u64,
+}
+
+/// The relay's state (Go's handlers.ref and sig.wanted), under a goro
+/// mutex: notify, stop and the relay goroutine park on it.
+struct Relay {
+    subs: Vec<Sub>,
+    /// Signals with goro's handler installed, and what each replaced.
+    installed: u64,
+    prev: Vec<(libc::c_int, libc::sigaction)>,
+    /// The relay goroutine runs (it owns the read end while it does).
+    running: bool,
+    /// The read end while no relay goroutine runs.
+    wake_r: Option<crate::net::UnixStream>,
+}
+
+static RELAY: crate::sync::Mutex<Relay> = crate::sync::Mutex::new(Relay {
+    subs: Vec::new(),
+    installed: 0,
+    prev: Vec::new(),
+    running: false,
+    wake_r: None,
+});
+
+fn bit(sig: libc::c_int) -> u64 {
+    1u64 << (sig - 1)
+}
+
+/// Go's `signal.Notify(c, sigs...)`: from now on each of `sigs` is sent
+/// to `tx` instead of having its default effect. Calling it again for the
+/// same channel (any clone of `tx`) adds signals; several channels may
+/// relay one signal (each gets it). Delivery uses `try_send` and never
+/// blocks: give the channel a buffer.
+///
+/// Blocks only briefly (a goro mutex; the first call creates a socket
+/// pair and spawns the relay goroutine, starting the runtime if needed).
+///
+/// # Errors
+///
+/// - `InvalidInput` if `sigs` is empty, or holds a number outside 1..=64,
+///   SIGKILL or SIGSTOP (which cannot be caught), a synchronous fault
+///   (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) or SIGURG (the
+///   runtime's preemption signal). Nothing is changed then.
+/// - The OS error if the socket pair, `sigaction` or the relay goroutine's
+///   stack fails; signals already installed by this call stay relayed.
+pub fn notify(tx: &Sender<Signal>, sigs: &[Signal]) -> io::Result<()> {
+    if sigs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "goro::signal::notify: no signals given",
         ));
     }
-    for (sig, old, handler, extra) in sigs {
-        // Installed by an earlier start that failed later on: keep the
-        // handler recorded then. Recording our own handler as the one to
-        // chain to would make a foreign signal call it for ever.
-        // Relaxed: starts are serialised by the start lock.
-        if old.load(Ordering::Relaxed) != 0 {
-            continue;
+    let mut mask = 0u64;
+    for &Signal(n) in sigs {
+        if !(1..=64).contains(&n) || FORBIDDEN.contains(&n) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("goro::signal::notify: {} cannot be relayed", Signal(n)),
+            ));
         }
-        // SAFETY: zeroed sigaction is a valid "no handler" value; we fill it.
-        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
-        sa.sa_sigaction = handler;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | extra;
-        // SAFETY: valid pointer to a sigset in sa.
-        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
-        let oldp = Box::into_raw(Box::new(
-            // SAFETY: as above.
-            unsafe { core::mem::zeroed::<libc::sigaction>() },
-        ));
-        // SAFETY: sa and oldp are valid; replacing a fault handler is
-        // allowed at any time.
-        if unsafe { libc::sigaction(sig, &sa, oldp) } == 0 {
-            // Release: the handler Acquires it before chaining.
-            old.store(oldp as usize, Ordering::Release);
-        }
+        mask |= bit(n);
     }
-}
-
-/// Go's minit: give the current M an alternate signal stack.
-pub(crate) fn minit(m: &M) {
-    let page = crate::os::page_size();
-    let len = SIGSTACK_SIZE + page;
-    // SAFETY: fresh anonymous mapping.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        crate::throw::throw("minit: cannot map the signal stack");
+    let mut r = RELAY.lock();
+    if WAKE_W.load(Ordering::Relaxed) < 0 {
+        let (rd, wr) = std::os::unix::net::UnixStream::pair()?;
+        wr.set_nonblocking(true)?;
+        let rd = crate::net::UnixStream::try_from(rd)?;
+        WAKE_W.store(wr.into_raw_fd(), Ordering::Relaxed);
+        r.wake_r = Some(rd);
     }
-    // SAFETY: the lowest page of our own mapping becomes its guard.
-    unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
-    let ss = libc::stack_t {
-        ss_sp: (p as usize + page) as *mut _,
-        ss_flags: 0,
-        ss_size: SIGSTACK_SIZE,
-    };
-    // SAFETY: ss describes memory we own for the thread's lifetime.
-    if unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) } != 0 {
-        crate::throw::throw("minit: sigaltstack failed");
+    match r.subs.iter_mut().find(|s| s.tx.same_channel(tx)) {
+        Some(s) => s.mask |= mask,
+        None => r.subs.push(Sub {
+            tx: tx.clone(),
+            mask,
+        }),
     }
-    m.gsignal.set((p as usize + page, SIGSTACK_SIZE));
-}
-
-/// The SIGURG handler: a preemption or detach request of sysmon's for
-/// this M (preempt::on_signal), or someone else's signal (chained).
-extern "C" fn sigurg_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let mp = crate::m::getm();
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let (code, pid) = unsafe { ((*info).si_code, (*info).si_pid()) };
-    // SAFETY: getpid has no preconditions.
-    if !mp.is_null() && code == libc::SI_TKILL && pid == unsafe { libc::getpid() } {
-        // SAFETY: this thread's M, alive forever.
-        let m = unsafe { &*mp };
-        // Acquire pairs with signal_m's CAS: take the request.
-        let req = m.preempt_req.swap(0, Ordering::Acquire);
-        if req != 0 {
-            // SAFETY: the handler's own arguments, on this M's thread.
-            unsafe { crate::preempt::on_signal(m, req, info, ctx) };
-            return;
+    for n in 1..=64 {
+        if mask & bit(n) != 0 && r.installed & bit(n) == 0 {
+            let prev = install(n)?;
+            r.installed |= bit(n);
+            r.prev.push((n, prev));
         }
     }
-    chain(sig, info, ctx);
-}
-
-extern "C" fn fault_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    if let Some((lo, size)) = crate::stack::guard_hit(addr) {
-        report_overflow(lo, size);
-    }
-    chain(sig, info, ctx);
-}
-
-/// Prints the overflow report for the stack starting at `lo` and aborts.
-/// One report per process: a second thread overflowing meanwhile waits for
-/// the first one's abort instead of interleaving its pieces with it.
-fn report_overflow(lo: usize, size: usize) -> ! {
-    static REPORTING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-    // SeqCst: a single flag; the winner alone writes.
-    if REPORTING.swap(true, Ordering::SeqCst) {
-        loop {
-            // SAFETY: pause is async-signal-safe; the winner's abort ends
-            // the process.
-            unsafe { libc::pause() };
-        }
-    }
-    let mut id_buf = [0u8; 20];
-    let mut kib_buf = [0u8; 20];
-    let gp = crate::m::getg();
-    let mut id = "?";
-    let mut name = None;
-    if !gp.is_null() {
-        // SAFETY: the running G of this M, never freed; plain reads.
-        let g = unsafe { &*gp };
-        if let Some(s) = g.stack.get() {
-            if s.lo == lo {
-                id = crate::throw::fmt_u64(g.goid.get(), &mut id_buf);
-                // SAFETY: the G runs on this M, so its name is not being
-                // replaced; a read of the Box's contents only.
-                name = unsafe { (*g.name.get()).as_deref() };
+    if !r.running {
+        let rd = r.wake_r.take().expect("relay: read end without a relay");
+        match crate::Builder::new()
+            .name("goro::signal relay")
+            .spawn(move || relay_loop(rd))
+        {
+            Ok(_) => r.running = true,
+            Err(e) => {
+                // The closure (and the read end in it) was dropped: make a
+                // fresh pair next time.
+                let w = WAKE_W.swap(-1, Ordering::Relaxed);
+                // SAFETY: w is our own fd, no longer read by a relay; a
+                // handler racing this close writes to -1 or to the closed
+                // fd and fails with EBADF (the bit stays pending). (A new
+                // fd reusing the number could get one stray byte: a
+                // window of a failed spawn, accepted.)
+                unsafe { libc::close(w) };
+                return Err(e);
             }
         }
     }
-    let kib = crate::throw::fmt_u64((size >> 10) as u64, &mut kib_buf);
-    crate::throw::write_stderr(&[
-        "goroutine ",
-        id,
-        " has overflowed its stack (reserved ",
-        kib,
-        " KiB); raise it with goro::Builder::stack_size or goro::Config::stack_size",
-    ]);
-    if let Some(n) = name {
-        crate::throw::write_stderr(&["\ngoroutine ", id, " is named \"", n, "\""]);
-    }
-    crate::throw::write_stderr(&["\nfatal error: stack overflow\n"]);
-    // SAFETY: async-signal-safe termination; SIGABRT is never blocked by us.
-    unsafe {
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGABRT, &sa, core::ptr::null_mut());
-        libc::abort()
-    }
+    Ok(())
 }
 
-/// Passes a fault we do not own to the previous handler, or re-raises it
-/// with the default action.
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let old = match sig {
-        libc::SIGSEGV => &OLD_SEGV,
-        libc::SIGBUS => &OLD_BUS,
-        _ => &OLD_URG,
-    };
-    let oldp = old.load(Ordering::Acquire) as *const libc::sigaction;
-    if !oldp.is_null() {
-        // SAFETY: oldp was filled by sigaction in init and is never freed.
-        let h = unsafe { (*oldp).sa_sigaction };
-        // SAFETY: as above.
-        let flags = unsafe { (*oldp).sa_flags };
-        if h != libc::SIG_DFL && h != libc::SIG_IGN {
-            if flags & libc::SA_SIGINFO != 0 {
-                // SAFETY: h is a valid SA_SIGINFO handler installed before us.
-                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                    unsafe { core::mem::transmute(h) };
-                f(sig, info, ctx);
-            } else {
-                // SAFETY: h is a valid plain handler installed before us.
-                let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
-                f(sig);
-            }
-            return;
-        }
-    }
-    if sig == libc::SIGURG {
-        // Default action for SIGURG is to ignore it; SIG_IGN likewise.
+/// Go's `signal.Stop(c)`: `tx`'s channel (any clone of it) receives no
+/// more signals once this returns. A signal that no channel relays any
+/// longer gets back the disposition it had before goro's first `notify`
+/// of it. Stopping a channel that relays nothing is a no-op. Blocks only
+/// briefly (a goro mutex).
+pub fn stop(tx: &Sender<Signal>) {
+    let mut r = RELAY.lock();
+    let before = r.subs.len();
+    r.subs.retain(|s| !s.tx.same_channel(tx));
+    if r.subs.len() == before {
         return;
     }
-    // Default action: restore it and return; the faulting instruction
-    // re-executes and the kernel kills the process with the right signal.
-    // SAFETY: resetting a signal disposition is async-signal-safe.
+    let wanted = r.subs.iter().fold(0u64, |m, s| m | s.mask);
+    let mut i = 0;
+    while i < r.prev.len() {
+        let (n, prev) = r.prev[i];
+        if wanted & bit(n) == 0 {
+            // SAFETY: prev is the disposition sigaction reported for n.
+            unsafe { libc::sigaction(n, &prev, core::ptr::null_mut()) };
+            r.installed &= !bit(n);
+            PENDING.fetch_and(!bit(n), Ordering::Relaxed);
+            r.prev.swap_remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    if r.subs.is_empty() {
+        // Wake the relay so that it sees nothing left to relay and exits.
+        wake();
+    }
+}
+
+/// Installs goro's handler for `n`; returns the disposition it replaced.
+fn install(n: libc::c_int) -> io::Result<libc::sigaction> {
+    // SAFETY: zeroed sigactions are valid values; sa is filled with an
+    // async-signal-safe handler and an empty mask.
     unsafe {
         let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(sig, &sa, core::ptr::null_mut());
+        sa.sa_sigaction = handler as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut sa.sa_mask);
+        let mut prev: libc::sigaction = core::mem::zeroed();
+        if libc::sigaction(n, &sa, &mut prev) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(prev)
+    }
+}
+
+/// Go's sigsend: marks `sig` pending and wakes the relay.
+/// Async-signal-safe: an atomic and write(2); errno is preserved.
+extern "C" fn handler(sig: libc::c_int) {
+    PENDING.fetch_or(bit(sig), Ordering::Relaxed);
+    wake();
+}
+
+/// Writes one byte to the wake-up socket (non-blocking: if it is full,
+/// the relay has bytes to read anyway). Async-signal-safe.
+fn wake() {
+    let fd = WAKE_W.load(Ordering::Relaxed);
+    if fd < 0 {
+        return;
+    }
+    let b = 1u8;
+    // SAFETY: write(2) of one byte from a live local; errno is saved and
+    // restored so that the interrupted code does not see ours.
+    unsafe {
+        let e = *libc::__errno_location();
+        libc::write(fd, (&b as *const u8).cast(), 1);
+        *libc::__errno_location() = e;
+    }
+}
+
+/// The relay goroutine (Go's os/signal loop over signal_recv): waits for
+/// wake-up bytes in the netpoller, then sends every pending signal to the
+/// channels that relay it. Exits when no channel relays anything.
+fn relay_loop(mut rd: crate::net::UnixStream) {
+    let mut buf = [0u8; 64];
+    loop {
+        match rd.read(&mut buf) {
+            Ok(0) => return, // write end closed: notify failed to spawn us
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => crate::throw::throwf(format_args!(
+                "goro::signal relay: read of fd {} failed: {e}",
+                rd.as_raw_fd()
+            )),
+        }
+        let pending = PENDING.swap(0, Ordering::Relaxed);
+        let mut r = RELAY.lock();
+        for n in 1..=64 {
+            if pending & bit(n) == 0 {
+                continue;
+            }
+            for s in &r.subs {
+                if s.mask & bit(n) != 0 {
+                    // Full or closed: dropped for this channel, as in Go.
+                    let _ = s.tx.try_send(Signal(n));
+                }
+            }
+        }
+        if r.subs.is_empty() {
+            r.running = false;
+            r.wake_r = Some(rd);
+            return;
+        }
     }
 }

@@ -1,0 +1,242 @@
+//! Signals: the guard-page fault handler that turns a stack overflow into
+//! a named report, the SIGURG handler of asynchronous preemption and
+//! blocking detection (the decisions live in preempt.rs), and each M's
+//! alternate signal stack (Go's gsignal).
+//!
+//! SIGURG is Go's choice (sigPreempt, signal_unix.go): it is sent by
+//! nothing else in practice, its default action is to ignore it, and
+//! debuggers pass it through. A SIGURG that is not ours — sent with kill or
+//! sigqueue, or by tgkill when no request is pending — goes to the handler
+//! installed before goro's, if any. goro's handler uses SA_RESTART, so
+//! restartable system calls (read, write, nanosleep, futex, accept without
+//! a timeout...) resume without EINTR; calls that Linux never restarts
+//! (epoll_wait, poll, select, and socket calls with a timeout) can return
+//! EINTR, as under Go.
+//!
+//! A goroutine that runs off its stack touches the guard page below it; the
+//! kernel delivers SIGSEGV on the M's alternate stack (the goroutine's own
+//! stack is exhausted). The handler maps the fault address back to a stack
+//! through the arena table (stack::guard_hit), prints
+//! `goroutine <id> has overflowed its stack (reserved <N> KiB)` and aborts.
+//! Any other fault is passed to the handler that was installed before ours
+//! (std's, which reports main-thread overflows), or to the default action.
+//!
+//! Everything on the handler path is async-signal-safe: atomics, write(2),
+//! abort. No locks, no allocation.
+
+use crate::m::M;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Alternate signal stack per M (bytes).
+const SIGSTACK_SIZE: usize = 64 << 10;
+
+static OLD_SEGV: AtomicUsize = AtomicUsize::new(0);
+static OLD_BUS: AtomicUsize = AtomicUsize::new(0);
+static OLD_URG: AtomicUsize = AtomicUsize::new(0);
+
+/// Installs the fault handlers once (runtime start), and the SIGURG
+/// handler when `preempt` (async preemption or blocking detection) is on.
+pub(crate) fn init(preempt: bool) {
+    let mut sigs = vec![
+        (
+            libc::SIGSEGV,
+            &OLD_SEGV,
+            fault_handler as *const () as usize,
+            0,
+        ),
+        (
+            libc::SIGBUS,
+            &OLD_BUS,
+            fault_handler as *const () as usize,
+            0,
+        ),
+    ];
+    if preempt {
+        sigs.push((
+            libc::SIGURG,
+            &OLD_URG,
+            sigurg_handler as *const () as usize,
+            libc::SA_RESTART,
+        ));
+    }
+    for (sig, old, handler, extra) in sigs {
+        // Installed by an earlier start that failed later on: keep the
+        // handler recorded then. Recording our own handler as the one to
+        // chain to would make a foreign signal call it for ever.
+        // Relaxed: starts are serialised by the start lock.
+        if old.load(Ordering::Relaxed) != 0 {
+            continue;
+        }
+        // SAFETY: zeroed sigaction is a valid "no handler" value; we fill it.
+        let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+        sa.sa_sigaction = handler;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | extra;
+        // SAFETY: valid pointer to a sigset in sa.
+        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
+        let oldp = Box::into_raw(Box::new(
+            // SAFETY: as above.
+            unsafe { core::mem::zeroed::<libc::sigaction>() },
+        ));
+        // SAFETY: sa and oldp are valid; replacing a fault handler is
+        // allowed at any time.
+        if unsafe { libc::sigaction(sig, &sa, oldp) } == 0 {
+            // Release: the handler Acquires it before chaining.
+            old.store(oldp as usize, Ordering::Release);
+        }
+    }
+}
+
+/// Go's minit: give the current M an alternate signal stack.
+pub(crate) fn minit(m: &M) {
+    let page = crate::os::page_size();
+    let len = SIGSTACK_SIZE + page;
+    // SAFETY: fresh anonymous mapping.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        crate::throw::throw("minit: cannot map the signal stack");
+    }
+    // SAFETY: the lowest page of our own mapping becomes its guard.
+    unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
+    let ss = libc::stack_t {
+        ss_sp: (p as usize + page) as *mut _,
+        ss_flags: 0,
+        ss_size: SIGSTACK_SIZE,
+    };
+    // SAFETY: ss describes memory we own for the thread's lifetime.
+    if unsafe { libc::sigaltstack(&ss, core::ptr::null_mut()) } != 0 {
+        crate::throw::throw("minit: sigaltstack failed");
+    }
+    m.gsignal.set((p as usize + page, SIGSTACK_SIZE));
+}
+
+/// The SIGURG handler: a preemption or detach request of sysmon's for
+/// this M (preempt::on_signal), or someone else's signal (chained).
+extern "C" fn sigurg_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let mp = crate::m::getm();
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let (code, pid) = unsafe { ((*info).si_code, (*info).si_pid()) };
+    // SAFETY: getpid has no preconditions.
+    if !mp.is_null() && code == libc::SI_TKILL && pid == unsafe { libc::getpid() } {
+        // SAFETY: this thread's M, alive forever.
+        let m = unsafe { &*mp };
+        // Acquire pairs with signal_m's CAS: take the request.
+        let req = m.preempt_req.swap(0, Ordering::Acquire);
+        if req != 0 {
+            // SAFETY: the handler's own arguments, on this M's thread.
+            unsafe { crate::preempt::on_signal(m, req, info, ctx) };
+            return;
+        }
+    }
+    chain(sig, info, ctx);
+}
+
+extern "C" fn fault_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    if let Some((lo, size)) = crate::stack::guard_hit(addr) {
+        report_overflow(lo, size);
+    }
+    chain(sig, info, ctx);
+}
+
+/// Prints the overflow report for the stack starting at `lo` and aborts.
+/// One report per process: a second thread overflowing meanwhile waits for
+/// the first one's abort instead of interleaving its pieces with it.
+fn report_overflow(lo: usize, size: usize) -> ! {
+    static REPORTING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    // SeqCst: a single flag; the winner alone writes.
+    if REPORTING.swap(true, Ordering::SeqCst) {
+        loop {
+            // SAFETY: pause is async-signal-safe; the winner's abort ends
+            // the process.
+            unsafe { libc::pause() };
+        }
+    }
+    let mut id_buf = [0u8; 20];
+    let mut kib_buf = [0u8; 20];
+    let gp = crate::m::getg();
+    let mut id = "?";
+    let mut name = None;
+    if !gp.is_null() {
+        // SAFETY: the running G of this M, never freed; plain reads.
+        let g = unsafe { &*gp };
+        if let Some(s) = g.stack.get() {
+            if s.lo == lo {
+                id = crate::throw::fmt_u64(g.goid.get(), &mut id_buf);
+                // SAFETY: the G runs on this M, so its name is not being
+                // replaced; a read of the Box's contents only.
+                name = unsafe { (*g.name.get()).as_deref() };
+            }
+        }
+    }
+    let kib = crate::throw::fmt_u64((size >> 10) as u64, &mut kib_buf);
+    crate::throw::write_stderr(&[
+        "goroutine ",
+        id,
+        " has overflowed its stack (reserved ",
+        kib,
+        " KiB); raise it with goro::Builder::stack_size or goro::Config::stack_size",
+    ]);
+    if let Some(n) = name {
+        crate::throw::write_stderr(&["\ngoroutine ", id, " is named \"", n, "\""]);
+    }
+    crate::throw::write_stderr(&["\nfatal error: stack overflow\n"]);
+    // SAFETY: async-signal-safe termination; SIGABRT is never blocked by us.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGABRT, &sa, core::ptr::null_mut());
+        libc::abort()
+    }
+}
+
+/// Passes a fault we do not own to the previous handler, or re-raises it
+/// with the default action.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let old = match sig {
+        libc::SIGSEGV => &OLD_SEGV,
+        libc::SIGBUS => &OLD_BUS,
+        _ => &OLD_URG,
+    };
+    let oldp = old.load(Ordering::Acquire) as *const libc::sigaction;
+    if !oldp.is_null() {
+        // SAFETY: oldp was filled by sigaction in init and is never freed.
+        let h = unsafe { (*oldp).sa_sigaction };
+        // SAFETY: as above.
+        let flags = unsafe { (*oldp).sa_flags };
+        if h != libc::SIG_DFL && h != libc::SIG_IGN {
+            if flags & libc::SA_SIGINFO != 0 {
+                // SAFETY: h is a valid SA_SIGINFO handler installed before us.
+                let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                    unsafe { core::mem::transmute(h) };
+                f(sig, info, ctx);
+            } else {
+                // SAFETY: h is a valid plain handler installed before us.
+                let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
+                f(sig);
+            }
+            return;
+        }
+    }
+    if sig == libc::SIGURG {
+        // Default action for SIGURG is to ignore it; SIG_IGN likewise.
+        return;
+    }
+    // Default action: restore it and return; the faulting instruction
+    // re-executes and the kernel kills the process with the right signal.
+    // SAFETY: resetting a signal disposition is async-signal-safe.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &sa, core::ptr::null_mut());
+    }
+}
