@@ -219,6 +219,10 @@ pub fn notify(tx: &Sender<Signal>, sigs: &[Signal]) -> io::Result<()> {
         }
         mask |= bit(n);
     }
+    // Start the runtime first: its start installs SIGQUIT's dump handler,
+    // which must be the disposition a relay of SIGQUIT replaces, not one
+    // that replaces the relay.
+    crate::ensure_started();
     let mut r = RELAY.lock();
     if WAKE_W.load(Ordering::Relaxed) < 0 {
         let (rd, wr) = std::os::unix::net::UnixStream::pair()?;

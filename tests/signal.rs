@@ -228,3 +228,45 @@ fn sigterm_kills_again_after_stop() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// SIGQUIT relayed from a program that has not started the runtime yet:
+/// notify starts it first, so the relay replaces goro's dump handler (the
+/// runtime's start does not replace the relay), and stop gives the dump
+/// back: the second SIGQUIT prints it and exits with status 2, as in Go
+/// (`GOTRACEBACK=all` turns the dump on).
+#[test]
+fn sigquit_relay_replaces_the_dump_until_stop() {
+    const NAME: &str = "sigquit_relay_replaces_the_dump_until_stop";
+    if in_child(NAME, || {
+        let (tx, rx) = chan(1);
+        signal::notify(&tx, &[Signal::SIGQUIT]).unwrap();
+        raise(Signal::SIGQUIT);
+        assert_eq!(rx.recv(), Ok(Signal::SIGQUIT));
+        signal::stop(&tx);
+        println!("<relayed>");
+        raise(Signal::SIGQUIT);
+        // The dump thread ends the process.
+        loop {
+            std::thread::park();
+        }
+    }) {
+        return;
+    }
+    let out = common::self_test_command(NAME)
+        .env(CHILD_ENV, NAME)
+        .env("GOTRACEBACK", "all") // turns the SIGQUIT dump on
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{:?}: {stdout} {stderr}",
+        out.status
+    );
+    assert!(stdout.contains("<relayed>"), "{stdout}");
+    assert!(stderr.contains("SIGQUIT: quit"), "{stderr}");
+}
