@@ -72,7 +72,6 @@ fn main() {
 /// One connection: request, read one full response, repeat until `done`.
 fn client(host: &str, req: &[u8], done: &AtomicBool, reqs: &AtomicU64) -> std::io::Result<()> {
     let mut c = goro::net::TcpStream::connect(host)?;
-    c.set_nodelay(true)?;
     let mut buf = vec![0u8; 4096];
     while !done.load(Ordering::Relaxed) {
         c.write_all(req)?;

@@ -42,7 +42,6 @@ fn main() {
 
 /// Serves one connection until the peer closes, asks to close, or errs.
 fn serve(mut c: goro::net::TcpStream) {
-    let _ = c.set_nodelay(true);
     let mut buf = vec![0u8; 4096];
     let mut len = 0;
     let mut out = Vec::with_capacity(4096);

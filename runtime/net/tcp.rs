@@ -60,7 +60,8 @@ impl TcpListener {
     }
 
     /// Accepts a connection (Go's Accept): parks until one arrives. The
-    /// stream is non-blocking underneath and registered with the poller.
+    /// stream is non-blocking underneath and registered with the poller,
+    /// with TCP_NODELAY set as Go sets it.
     /// Errors: accept4's (a full fd table is `EMFILE`: see [`incoming`],
     /// which retries those), the read timeout, or the closed error.
     ///
@@ -91,6 +92,9 @@ impl TcpListener {
         let addr = addr
             .as_socket()
             .ok_or_else(|| io::Error::other("accept: not an inet address"))?;
+        // Go's newTCPConn: no Nagle delay (a reply written in two parts
+        // would otherwise wait for the peer's delayed ACK, ~40 ms).
+        let _ = inner.set_nodelay(true);
         Ok((TcpStream::from_nonblocking(inner)?, addr))
     }
 
@@ -174,8 +178,9 @@ impl TcpStream {
 
     /// Connects to the first address of `addr` that accepts (Go's
     /// net.Dial("tcp", addr)); names are resolved inside `blocking`. Parks
-    /// until the handshake completes. Errors: resolution errors, or the
-    /// last address's connect error (e.g. `ConnectionRefused`).
+    /// until the handshake completes. TCP_NODELAY is set, as Go sets it.
+    /// Errors: resolution errors, or the last address's connect error
+    /// (e.g. `ConnectionRefused`).
     pub fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<TcpStream> {
         let mut last = None;
         for a in resolve(addr)? {
@@ -206,6 +211,8 @@ impl TcpStream {
         s.set_nonblocking(true)?;
         let r = s.connect(&(*a).into());
         let inner: std::net::TcpStream = s.into();
+        // As in accept (Go's newTCPConn).
+        let _ = inner.set_nodelay(true);
         match r {
             Ok(()) => return TcpStream::from_nonblocking(inner),
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -260,7 +267,9 @@ impl TcpStream {
         self.inner.shutdown(how)
     }
 
-    /// Sets TCP_NODELAY (Go sets it by default; std and goro do not).
+    /// Sets TCP_NODELAY. On by default for streams from `accept`,
+    /// `connect` and `connect_timeout`, as in Go (std leaves Nagle's
+    /// algorithm on); a stream converted from std keeps its setting.
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.inner.set_nodelay(on)
     }
