@@ -22,7 +22,6 @@ use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use parking_lot::lock_api::RawMutex as _;
 use std::alloc::Layout;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +30,7 @@ use std::time::Duration;
 pub(crate) struct Hchan {
     /// Guards `st` and the buffer contents (Go's c.lock). A raw lock so that
     /// gopark's unlock function can release it on g0.
-    pub(crate) lock: parking_lot::RawMutex,
+    pub(crate) lock: crate::lock_futex::Mutex,
     st: UnsafeCell<State>,
     /// Elements in the buffer; written under lock, read racily by fast paths.
     qcount: AtomicUsize,
@@ -107,7 +106,7 @@ impl Hchan {
             p
         };
         Hchan {
-            lock: parking_lot::RawMutex::INIT,
+            lock: crate::lock_futex::Mutex::new(),
             st: UnsafeCell::new(State {
                 sendx: 0,
                 recvx: 0,

@@ -61,6 +61,7 @@ mod deadlock;
 mod dump;
 mod g;
 mod local;
+mod lock_futex;
 mod m;
 mod netpoll;
 mod os;
