@@ -203,6 +203,12 @@ impl TimerWatch {
     pub fn is_released(&self) -> bool {
         self.0.strong_count() == 0
     }
+
+    /// References to the timer's state: its handle (while it lives) plus
+    /// one per timer-heap entry (live or stale) queued for it.
+    pub fn refs(&self) -> usize {
+        self.0.strong_count()
+    }
 }
 
 impl std::fmt::Debug for Timer {

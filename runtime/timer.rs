@@ -9,14 +9,19 @@
 //!
 //! User timers (`time::Timer`, `Ticker`, `after`, `tick`, `after_func`)
 //! follow Go 1.23 (runtime/time.go, time/sleep.go): each is a shared
-//! `TimerCore` whose generation `stop`/`reset` bump; a heap entry carries
-//! the generation it was armed with and does nothing if it is behind.
-//! Nothing is ever deleted from a heap eagerly. An entry that can have no
-//! effect — a stale generation, a select timeout whose wait completed, or a
-//! channel timer none of whose Receivers is left (nobody can observe it) —
-//! is dropped when it comes due, or earlier by the bulk purge that runs
-//! whenever a heap has doubled, so abandoned `after(1h)` timers do not hold
-//! memory. `stop`/`reset` also discard a value sent but not received
+//! `TimerCore`; a heap entry carries a generation, and only the entry
+//! whose generation is the core's `carrier` acts. `stop` leaves the entry
+//! queued (Go's zombie); `reset` to a time no earlier than the queued
+//! entry's reuses it (Go's timerModifiedLater: the entry re-queues itself
+//! at the new time when it comes up), and otherwise queues a new
+//! generation, which makes the old entry stale. So the `if !t.stop() {
+//! <-t.c }; t.reset(d)` idiom of idle timeouts adds no heap entry per
+//! message. Nothing is ever deleted from a heap eagerly. An entry that can
+//! have no effect — a stale generation, a stopped timer's zombie, a select
+//! timeout whose wait completed, or a channel timer none of whose
+//! Receivers is left (nobody can observe it) — is dropped when it comes
+//! due, or earlier by the bulk purge that runs whenever a heap has
+//! doubled, so abandoned `after(1h)` timers do not hold memory. `stop`/`reset` also discard a value sent but not received
 //! (under the timer's lock, which a firing entry must take too), so no
 //! value from before the call is ever received.
 
@@ -69,23 +74,38 @@ pub(crate) enum Kind {
 /// Lock order: `st` before the channel's lock (`stop` drains the buffer
 /// while holding `st`; `fire` sends while holding it). Heap entries are
 /// added after `st` is released (an add may purge and drop other timers).
-/// Nothing takes `st` while holding a heap or channel lock, and no user code
-/// runs while `st` is held.
+/// Nothing waits for `st` while holding a heap or channel lock (the purge
+/// only tries it), and no user code runs while `st` is held.
 pub(crate) struct TimerCore {
-    /// Generation of the entry that may fire. Written only under `st`;
-    /// read racily (Relaxed) by the heap purge, which only drops entries
-    /// whose generation is already behind: generations only grow, so a
-    /// stale read can only keep an entry one more round, never drop a
-    /// live one.
+    /// Source of heap-entry generations: each entry added for this timer
+    /// gets the next one. Written only under `st`.
     gen: AtomicU64,
+    /// Generation of the one heap entry that may act for this timer (the
+    /// carrier), or [`NO_ENTRY`]. Written only under `st`; read racily
+    /// (Relaxed) by the heap purge, which drops entries whose generation
+    /// is not the carrier: the carrier only changes to NO_ENTRY or to a
+    /// newer generation, so an entry that is not the carrier never becomes
+    /// it again, and a stale read can only keep an entry one more round,
+    /// never drop a live one.
+    carrier: AtomicU64,
     st: Mutex<TimerState>,
     kind: Kind,
 }
 
+/// `TimerCore::carrier` when no heap entry acts for the timer.
+const NO_ENTRY: u64 = u64::MAX;
+
 struct TimerState {
-    /// An entry of generation `gen` is in some heap (or the deadline
-    /// overflowed: armed but never due).
+    /// The timer is armed: it fires at `due` (or the deadline overflowed:
+    /// armed but never due). Armed if and only if `carrier` names an entry.
     armed: bool,
+    /// When the timer is due (ns), while armed.
+    due: i64,
+    /// When the carrier entry is queued: at most `due`. A `reset` to a
+    /// later time keeps the entry (Go's timerModifiedLater), which then
+    /// re-queues itself at `due` when it comes up early, instead of adding
+    /// an entry per reset (an idle timeout pushed back on every message).
+    carrier_when: i64,
     /// Ticker period in ns; 0 for a one-shot timer.
     period: i64,
 }
@@ -95,25 +115,44 @@ impl TimerCore {
     pub(crate) fn new(kind: Kind, period: i64) -> Arc<TimerCore> {
         Arc::new(TimerCore {
             gen: AtomicU64::new(0),
+            carrier: AtomicU64::new(NO_ENTRY),
             st: Mutex::new(TimerState {
                 armed: false,
+                due: 0,
+                carrier_when: 0,
                 period,
             }),
             kind,
         })
     }
 
-    /// Whether a heap entry of generation `gen` can have any effect: its
-    /// generation is current and someone can still observe it (a func
-    /// timer always can; a channel timer only while a Receiver exists).
-    fn observable(&self, gen: u64) -> bool {
-        if self.gen.load(Ordering::Relaxed) != gen {
-            return false;
+    /// Whether the heap purge may drop an entry of generation `gen`: it is
+    /// not the carrier (superseded for good), or it is but the timer is
+    /// stopped (a zombie) or nobody can observe it (a channel timer with no
+    /// Receiver left; a func timer always can be). The purge holds a heap
+    /// lock, so `st` is only tried (lock order: `st` first); a carrier it
+    /// drops is cleared under `st`, so a `reset` never reuses a dropped
+    /// entry.
+    fn purgeable(&self, gen: u64) -> bool {
+        // Relaxed: see the field's comment (a non-carrier stays one).
+        if self.carrier.load(Ordering::Relaxed) != gen {
+            return true;
         }
-        match &self.kind {
+        let Some(st) = self.st.try_lock() else {
+            return false; // busy: keep it one more round
+        };
+        if self.carrier.load(Ordering::Relaxed) != gen {
+            return true;
+        }
+        let observable = match &self.kind {
             Kind::Chan(c) => c.has_receivers(),
             Kind::Func(_) => true,
+        };
+        if st.armed && observable {
+            return false;
         }
+        self.carrier.store(NO_ENTRY, Ordering::Relaxed);
+        true
     }
 
     /// Disarms the timer and discards a value sent but not yet received
@@ -128,15 +167,27 @@ impl TimerCore {
         self.disarm_locked(&mut st)
     }
 
+    /// Stops the timer. Its queued entry stays the carrier (Go 1.23's
+    /// zombie): a `reset` to a time no earlier reuses it; it is dropped
+    /// when it comes up unarmed, or by the heap purge.
     fn disarm_locked(&self, st: &mut TimerState) -> bool {
-        let mut active = st.armed;
+        let active = self.discard_locked(st);
         st.armed = false;
-        // Relaxed: written under `st`; see the field's comment.
-        self.gen.fetch_add(1, Ordering::Relaxed);
+        active
+    }
+
+    /// Discards a value sent but not received; returns whether the timer
+    /// was active (armed, or fired with its value still unreceived).
+    fn discard_locked(&self, st: &TimerState) -> bool {
+        let mut active = st.armed;
         if let Kind::Chan(c) = &self.kind {
             // After this no stale value can be received: a fire must take
-            // `st` to send, and it will see the new generation.
-            let dropped = c.clear_buffer();
+            // `st` to send, and it will see the new generation. Only a
+            // fire (holding `st`, which we hold) adds to the buffer, and
+            // its count was published by its unlock of `st`: an empty
+            // buffer stays empty, so it needs no channel lock (the stop
+            // then reset idiom would take it twice).
+            let dropped = if c.len() == 0 { 0 } else { c.clear_buffer() };
             if dropped > 0 && st.period == 0 {
                 active = true;
             }
@@ -149,23 +200,35 @@ impl TimerCore {
     /// received), then arms a fresh generation on the current P. Returns
     /// what `stop` would have.
     pub(crate) fn reset(self: &Arc<Self>, d: std::time::Duration, period: Option<i64>) -> bool {
+        // An overflowing `d` (Duration::MAX) is a timer at i64::MAX: it
+        // never fires but is pending, as in Go.
+        let when = crate::time::when_after(d);
         // A runtime lock, as in `stop`.
         let mut st = crate::m::lock_rt(&self.st);
-        let active = self.disarm_locked(&mut st);
+        let active = self.discard_locked(&st);
         if let Some(p) = period {
             st.period = p;
         }
         st.armed = true;
-        // Relaxed: `gen` is only written under `st`, which we hold.
-        let gen = self.gen.load(Ordering::Relaxed);
+        st.due = when;
+        // Relaxed: `carrier` is only written under `st`, which we hold.
+        if self.carrier.load(Ordering::Relaxed) != NO_ENTRY && st.carrier_when <= when {
+            // The queued entry comes up no later than the new time: it
+            // carries the new arming and re-queues itself at `due` (fire).
+            return active;
+        }
+        // Relaxed: `gen` and `carrier` are only written under `st`, which
+        // we hold; the old carrier (if any) is stale from here on.
+        let gen = self.gen.fetch_add(1, Ordering::Relaxed) + 1;
+        self.carrier.store(gen, Ordering::Relaxed);
+        st.carrier_when = when;
         drop(st);
         // The entry is added after `st` is released: adding may purge the
         // heap and drop other timers (and their closures). If a stop or
-        // reset slips in between, this entry is simply stale.
-        // An overflowing `d` (Duration::MAX) is a timer at i64::MAX: it
-        // never fires but is pending, as in Go.
+        // reset slips in between, this entry is simply stale (or, after a
+        // later reset, carries it: it re-queues itself).
         crate::time::add_timer(
-            crate::time::when_after(d),
+            when,
             Action::User {
                 t: self.clone(),
                 gen,
@@ -177,31 +240,47 @@ impl TimerCore {
     /// Runs the timer's action for the heap entry of generation `gen` that
     /// was due at `when`; re-arms a ticker on `timers`. On g0 with a P, or
     /// on a thread without one; never on a user G.
-    fn fire(self: &Arc<Self>, gen: u64, when: i64, now: i64, timers: &Timers) {
+    fn fire(self: &Arc<Self>, gen: u64, now: i64, timers: &Timers) {
         let mut st = self.st.lock();
-        // Relaxed: `gen` is only written under `st`, which we hold.
-        if !st.armed || self.gen.load(Ordering::Relaxed) != gen {
-            return; // stopped or reset since this entry was queued
+        // Relaxed: `carrier` is only written under `st`, which we hold.
+        if self.carrier.load(Ordering::Relaxed) != gen {
+            return; // superseded: reset to an earlier time since
+        }
+        if !st.armed {
+            // Stopped while queued (a zombie): no entry is left.
+            self.carrier.store(NO_ENTRY, Ordering::Relaxed);
+            return;
+        }
+        if st.due > now {
+            // Reset to a later time while queued: queue again for then.
+            let due = st.due;
+            st.carrier_when = due;
+            drop(st); // see `reset`: add without holding `st`
+            let t = self.clone();
+            timers.add(due, Action::User { t, gen });
+            return;
         }
         match &self.kind {
             Kind::Chan(c) => {
                 if !c.has_receivers() {
                     // Nobody can observe it: a ticker stops here.
-                    st.armed = false;
+                    self.disarm_fired(&mut st);
                     return;
                 }
                 send_time(c);
                 if st.period > 0 {
-                    let next = next_tick(when, now, st.period);
+                    let next = next_tick(st.due, now, st.period);
+                    st.due = next;
+                    st.carrier_when = next;
                     drop(st); // see `reset`: add without holding `st`
                     let t = self.clone();
                     timers.add(next, Action::User { t, gen });
                 } else {
-                    st.armed = false;
+                    self.disarm_fired(&mut st);
                 }
             }
             Kind::Func(f) => {
-                st.armed = false;
+                self.disarm_fired(&mut st);
                 let f = f.clone();
                 drop(st);
                 if let Err(e) = crate::proc::spawn_with(move || f(), None, None) {
@@ -209,6 +288,15 @@ impl TimerCore {
                 }
             }
         }
+    }
+}
+
+impl TimerCore {
+    /// After the carrier fired for good: unarmed, no entry.
+    fn disarm_fired(&self, st: &mut TimerState) {
+        st.armed = false;
+        // Relaxed: under `st`; see the field's comment.
+        self.carrier.store(NO_ENTRY, Ordering::Relaxed);
     }
 }
 
@@ -289,9 +377,9 @@ impl Timer {
                 // (generations only grow, so stale stays stale).
                 unsafe { (**gp).selgen.load(Ordering::Relaxed) != 2 * seq }
             }
-            // Racy but safe: generations only grow and a channel's last
-            // Receiver never comes back, so stale stays stale.
-            Action::User { t, gen } => !t.observable(*gen),
+            // A non-carrier stays one; the carrier is judged under the
+            // timer's lock (TimerCore::purgeable).
+            Action::User { t, gen } => t.purgeable(*gen),
             // Relaxed: as above, a cancelled call stays cancelled.
             Action::Call { gen, seq, .. } => gen.load(Ordering::Relaxed) != *seq,
             Action::Ready(_) => false,
@@ -340,11 +428,15 @@ impl Timers {
             // heap has doubled, so it stays within about twice the live
             // timers (amortised O(1) per add). Their drops (which may free
             // channels) run after the heap lock is released.
-            let all = std::mem::take(&mut h.t);
-            let (stale, live): (Vec<Timer>, Vec<Timer>) =
-                all.into_iter().partition(|t| t.is_stale());
-            h.t = live;
-            purged = stale;
+            // In place (the order is rebuilt below): no new heap vector.
+            let mut i = 0;
+            while i < h.t.len() {
+                if h.t[i].is_stale() {
+                    purged.push(h.t.swap_remove(i));
+                } else {
+                    i += 1;
+                }
+            }
             for i in (0..h.t.len() / 4 + 1).rev() {
                 sift_down(&mut h.t, i);
             }
@@ -429,7 +521,7 @@ impl Timers {
                     }
                 }
                 Action::User { t: core, gen } => {
-                    core.fire(gen, t.when, now, self);
+                    core.fire(gen, now, self);
                     release(core);
                 }
                 Action::Call { f, arg, gen, seq } => {
@@ -583,6 +675,8 @@ mod tests {
         // A live timer: its Receiver is kept.
         let (c, live_rx) = crate::chan::senderless::<Instant>(1);
         let live = TimerCore::new(Kind::Chan(c), 0);
+        live.carrier.store(0, Ordering::Relaxed);
+        live.st.lock().armed = true;
         timers.add(
             1_000,
             Action::User {
@@ -600,7 +694,7 @@ mod tests {
             let (c, rx) = crate::chan::senderless::<Instant>(1);
             let t = TimerCore::new(Kind::Chan(c), 0);
             for gen in 0..10_000u64 {
-                t.gen.store(gen + 1, Ordering::Relaxed);
+                t.carrier.store(gen + 1, Ordering::Relaxed);
                 timers.add(i64::MAX - 1, Action::User { t: t.clone(), gen });
             }
             rx

@@ -1453,3 +1453,33 @@ fn stop_result_accounts_for_every_value() {
         }
     });
 }
+
+/// Go 1.23 keeps a stopped timer's heap entry (a zombie) and a reset to a
+/// later time reuses the queued entry (timerModifiedLater), so the idle
+/// timeout idiom `if !t.stop() { <-t.c }; t.reset(d)` per message queues
+/// nothing new. goro did push an entry per reset (1,000 stale ones
+/// between purges, and 2x Go's cost per message) until session 22. The
+/// timer still fires, at the last time it was reset to.
+#[test]
+fn stop_then_reset_later_reuses_the_queued_entry() {
+    let _w = common::watchdog();
+    run(|| {
+        let t = Timer::new(Duration::from_secs(3600));
+        let w = t.__watch();
+        for i in 0..scale(10_000) {
+            if !t.stop() {
+                t.receiver().recv().unwrap();
+            }
+            // Later every time (a fixed idle timeout from "now").
+            t.reset(Duration::from_secs(3600 + i as u64));
+        }
+        // The handle plus the one queued entry.
+        assert_eq!(w.refs(), 2, "heap entries queued for one timer");
+        // An earlier time needs a new entry; the old one goes stale.
+        let start = Instant::now();
+        assert!(t.reset(Duration::from_millis(5)));
+        t.receiver().recv().unwrap();
+        assert!(start.elapsed() >= Duration::from_millis(5));
+        assert!(!t.stop(), "fired and received");
+    });
+}
