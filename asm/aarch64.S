@@ -143,12 +143,102 @@ goro_async_preempt:
     .cfi_startproc
     .cfi_undefined x30              // the interrupted context is in the copy
     blr x1                          // x0 = async_preempt(frame)
+    // async_preempt returned inside a runtime critical section, so that
+    // the altstack it wrote into the frame stays this thread's: end it
+    // here, where no preemption lands (Rust's releasem).
+    mrs x2, tpidr_el0
+    adrp x3, :gottprel:goro_tls_m
+    ldr x3, [x3, :gottprel_lo12:goro_tls_m]
+    ldr x2, [x2, x3]
+    ldr w3, [x2, #{m_locks}]
+    sub w3, w3, #1
+    str w3, [x2, #{m_locks}]
     mov sp, x0                      // rt_sigreturn reads the frame at sp
     mov x8, #139                    // __NR_rt_sigreturn
     svc #0                          // resumes the interrupted context
     brk #0xdead                     // never returns
     .cfi_endproc
     .size goro_async_preempt, .-goro_async_preempt
+
+// The current M and its readers that must be one step against migrating
+// preemption: see asm/x86_64.S. Initial-exec TLS through tpidr_el0.
+    .pushsection .tbss,"awT",@nobits
+    .p2align 3
+    .globl goro_tls_m
+    .hidden goro_tls_m
+    .type goro_tls_m,%object
+    .size goro_tls_m, 8
+goro_tls_m:
+    .zero 8
+    .popsection
+
+// goro_getm() -> *mut M (null on a plain thread).
+    .globl goro_getm
+    .hidden goro_getm
+    .type goro_getm,%function
+    .p2align 4
+goro_getm:
+    .cfi_startproc
+    mrs x1, tpidr_el0
+    adrp x0, :gottprel:goro_tls_m
+    ldr x0, [x0, :gottprel_lo12:goro_tls_m]
+    ldr x0, [x1, x0]
+    ret
+    .cfi_endproc
+    .size goro_getm, .-goro_getm
+
+// goro_setm(mp).
+    .globl goro_setm
+    .hidden goro_setm
+    .type goro_setm,%function
+    .p2align 4
+goro_setm:
+    .cfi_startproc
+    mrs x1, tpidr_el0
+    adrp x2, :gottprel:goro_tls_m
+    ldr x2, [x2, :gottprel_lo12:goro_tls_m]
+    str x0, [x1, x2]
+    ret
+    .cfi_endproc
+    .size goro_setm, .-goro_setm
+
+// goro_getg() -> m.curg, or null without an M.
+    .globl goro_getg
+    .hidden goro_getg
+    .type goro_getg,%function
+    .p2align 4
+goro_getg:
+    .cfi_startproc
+    mrs x1, tpidr_el0
+    adrp x0, :gottprel:goro_tls_m
+    ldr x0, [x0, :gottprel_lo12:goro_tls_m]
+    ldr x0, [x1, x0]
+    cbz x0, 1f
+    ldr x0, [x0, #{m_curg}]
+1:
+    ret
+    .cfi_endproc
+    .size goro_getg, .-goro_getg
+
+// goro_acquirem() -> *mut M: m.locks += 1 on this thread's M, if any.
+    .globl goro_acquirem
+    .hidden goro_acquirem
+    .type goro_acquirem,%function
+    .p2align 4
+goro_acquirem:
+    .cfi_startproc
+    mrs x1, tpidr_el0
+    adrp x0, :gottprel:goro_tls_m
+    ldr x0, [x0, :gottprel_lo12:goro_tls_m]
+    ldr x0, [x1, x0]
+    cbz x0, 1f
+    ldr w1, [x0, #{m_locks}]
+    add w1, w1, #1
+    str w1, [x0, #{m_locks}]
+1:
+    ret
+    .cfi_endproc
+    .size goro_acquirem, .-goro_acquirem
 
     .globl goro_asm_end
 goro_asm_end:

@@ -189,12 +189,96 @@ goro_async_preempt:
     .cfi_undefined rip              // the interrupted context is in the copy
     and rsp, -16                    // ABI alignment for the call
     call rsi                        // frame = async_preempt(frame)
+    // async_preempt returned inside a runtime critical section, so that
+    // the altstack it wrote into the frame stays this thread's: end it
+    // here, where no preemption lands (Rust's releasem).
+    mov rdx, qword ptr [rip + goro_tls_m@GOTTPOFF]
+    mov rdx, qword ptr fs:[rdx]
+    dec dword ptr [rdx + {m_locks}]
     lea rsp, [rax + 8]              // sp = frame + 8, as after the handler's ret
     mov eax, 15                     // SYS_rt_sigreturn
     syscall                         // resumes the interrupted context
     ud2                             // never returns
     .cfi_endproc
     .size goro_async_preempt, .-goro_async_preempt
+
+// The current M (Go's g.m through the TLS slot), and the readers that
+// must be one step against migrating preemption (runtime/m.rs): a goroutine
+// is never asynchronously preempted at a pc in this file, so each of these
+// reads the thread's slot and uses it without a window in which it could
+// resume on another thread. Initial-exec TLS: one load of the slot's
+// offset from the GOT, then fs-relative; no call. Field offsets of the M
+// come from Rust (global_asm! const operands).
+    .pushsection .tbss,"awT",@nobits
+    .p2align 3
+    .globl goro_tls_m
+    .hidden goro_tls_m
+    .type goro_tls_m,@object
+    .size goro_tls_m, 8
+goro_tls_m:
+    .zero 8
+    .popsection
+
+// goro_getm() -> *mut M (null on a plain thread).
+    .globl goro_getm
+    .hidden goro_getm
+    .type goro_getm,@function
+    .p2align 4
+goro_getm:
+    .cfi_startproc
+    mov rax, qword ptr [rip + goro_tls_m@GOTTPOFF]
+    mov rax, qword ptr fs:[rax]
+    ret
+    .cfi_endproc
+    .size goro_getm, .-goro_getm
+
+// goro_setm(mp).
+    .globl goro_setm
+    .hidden goro_setm
+    .type goro_setm,@function
+    .p2align 4
+goro_setm:
+    .cfi_startproc
+    mov rax, qword ptr [rip + goro_tls_m@GOTTPOFF]
+    mov qword ptr fs:[rax], rdi
+    ret
+    .cfi_endproc
+    .size goro_setm, .-goro_setm
+
+// goro_getg() -> m.curg, or null without an M.
+    .globl goro_getg
+    .hidden goro_getg
+    .type goro_getg,@function
+    .p2align 4
+goro_getg:
+    .cfi_startproc
+    mov rax, qword ptr [rip + goro_tls_m@GOTTPOFF]
+    mov rax, qword ptr fs:[rax]
+    test rax, rax
+    jz 7f
+    mov rax, qword ptr [rax + {m_curg}]
+7:
+    ret
+    .cfi_endproc
+    .size goro_getg, .-goro_getg
+
+// goro_acquirem() -> *mut M: m.locks += 1 (Go's acquirem) on this
+// thread's M, if any; returns it.
+    .globl goro_acquirem
+    .hidden goro_acquirem
+    .type goro_acquirem,@function
+    .p2align 4
+goro_acquirem:
+    .cfi_startproc
+    mov rax, qword ptr [rip + goro_tls_m@GOTTPOFF]
+    mov rax, qword ptr fs:[rax]
+    test rax, rax
+    jz 7f
+    inc dword ptr [rax + {m_locks}]
+7:
+    ret
+    .cfi_endproc
+    .size goro_acquirem, .-goro_acquirem
 
     .globl goro_asm_end
 goro_asm_end:

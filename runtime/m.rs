@@ -1,5 +1,6 @@
-//! M: an OS thread. Go's `m` (runtime2.go), its g0 stack, the one
-//! thread-local of the runtime (the current M), and the futex note Ms sleep on.
+//! M: an OS thread. Go's `m` (runtime2.go), its g0 stack, the readers of
+//! the runtime's one thread-local (the current M, kept in asm/), and the
+//! futex note Ms sleep on.
 
 use crate::atomic::{RelaxedI32, RelaxedPtr};
 use crate::g::G;
@@ -292,155 +293,148 @@ impl M {
     }
 }
 
-thread_local! {
-    /// The M running on this OS thread; null on threads that are not Ms.
-    static CURRENT_M: Cell<*mut M> = const { Cell::new(ptr::null_mut()) };
-}
-
 // # Reading the current M under migrating preemption
 //
 // In [`PreemptMode::Migrate`](crate::PreemptMode) an asynchronously
 // preempted goroutine may resume on another M. Go never preempts its
 // runtime asynchronously (isAsyncSafePoint rejects runtime pcs); goro's
 // runtime code is inlined into user functions, so no pc range can cover
-// it. Instead the thread-dependent reads are few and fenced:
+// it. What must not migrate is narrower: a pointer to the M (and through
+// it the P) read from the thread's slot before a preemption is another
+// thread's after it; the G is the goroutine itself wherever it runs. So:
 //
-// - Outside a runtime critical section, goroutine code may hold only the
-//   G (a goroutine is its own G wherever it runs), never the M or P: a
-//   pointer to them read before a preemption is another thread's after it.
-// - The functions below read the M and use it before returning (the G
-//   behind it, its P's presence, its generator, a critical section
-//   entered). They live in the `goro_nomigrate` link section, and the
-//   SIGURG handler keeps a G it interrupts there on its M (a pinned
-//   preemption, [`crate::preempt`]), so each is atomic against migration.
-// - Once `acquirem` has returned, `m.locks > 0` refuses every preemption:
-//   the M and P read inside the section stay the G's until `releasem`.
-//
-// Nothing in the section may call out while holding the M in a register
-// (a callee outside it could be preempted and migrate): each is a leaf
-// apart from its thread-local access (x86_64 and aarch64 use local-exec
-// or initial-exec TLS in an executable: no call; a `__tls_get_addr` call
-// from a shared object lands in ld.so, outside the executable's text,
-// where the handler refuses to preempt at all).
+// - The slot (`goro_tls_m`) lives in asm/, with its readers: `goro_getm`,
+//   `goro_getg` (the slot and `m.curg` in one sequence) and
+//   `goro_acquirem` (the slot and `m.locks += 1`). The SIGURG handler
+//   never preempts at a pc in asm/, and these call nothing, so each is
+//   one step against migration whatever the optimisation level (Rust
+//   readers relying on inlining were not: at opt-level 0 `LocalKey::with`
+//   is a call).
+// - Once `acquirem` has returned, `m.locks > 0` refuses every preemption
+//   until `releasem`: the M and P read inside the section stay the G's.
+//   The other readers below bracket their reads with it.
+// - Outside a critical section, goroutine code may hold only its G.
 
-/// The current M, or null on a plain OS thread.
-///
-/// Never inlined: a goroutine may resume on another thread after any
-/// switch, and LLVM assumes a thread-local's address is constant within a
-/// function, so an inlined access could read the previous thread's slot.
-/// The M is the caller's only on g0, on a plain thread, or inside a
-/// critical section: a user G outside one must use [`acquirem`] or the
-/// other readers here (see the comment above).
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+// Untyped for the FFI boundary; the Rust wrappers restore the types.
+extern "C" {
+    fn goro_getm() -> *mut u8;
+    fn goro_setm(mp: *mut u8);
+    fn goro_getg() -> *mut u8;
+    fn goro_acquirem() -> *mut u8;
+}
+
+/// The current M, or null on a plain OS thread. The M is the caller's
+/// only on g0, on a plain thread, or inside a critical section: a user G
+/// outside one must use [`acquirem`] or the readers below.
+#[inline]
 pub(crate) fn getm() -> *mut M {
-    CURRENT_M.with(|c| c.get())
+    // SAFETY: reads this thread's slot (asm/); no preconditions.
+    unsafe { goro_getm().cast() }
 }
 
 /// Sets the current M; only in mstart.
-#[inline(never)]
 pub(crate) fn setm(mp: *mut M) {
-    CURRENT_M.with(|c| c.set(mp));
+    // SAFETY: writes this thread's slot (asm/); no preconditions.
+    unsafe { goro_setm(mp.cast()) }
 }
 
 /// The P held by the current M, or null (plain thread, or an M without a
 /// P: idle, in a syscall, sysmon). The P stays this M's only while the
 /// caller is in a runtime critical section ([`acquirem`]) or on g0: a user
 /// G may otherwise be preempted asynchronously and resume with another P.
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+#[inline]
 pub(crate) fn getp() -> *mut P {
-    let mp = CURRENT_M.with(|c| c.get());
+    let mp = acquirem();
     if mp.is_null() {
         return ptr::null_mut();
     }
-    // SAFETY: mp is this thread's M, alive forever; `p` is owned by it.
-    unsafe { (*mp).p.get() }
+    // SAFETY: mp is this thread's M (inside the section), alive forever;
+    // `p` is owned by it.
+    let pp = unsafe { (*mp).p.get() };
+    releasem(mp);
+    pp
 }
 
 /// The running G, or null on g0 or a plain thread (Go's getg() with the
-/// g0 case folded to null). Atomic against migration (see above): the
+/// g0 case folded to null). One step against migration (asm/): the
 /// result is the caller's own G wherever it resumes.
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+#[inline]
 pub(crate) fn getg() -> *mut G {
-    let mp = CURRENT_M.with(|c| c.get());
-    if mp.is_null() {
-        return ptr::null_mut();
-    }
-    // SAFETY: mp is this thread's M, alive forever; curg is owned by it.
-    unsafe { (*mp).curg.get() }
+    // SAFETY: reads this thread's slot and its M's curg (asm/).
+    unsafe { goro_getg().cast() }
 }
 
 /// The running G if its M holds a P, null if it has none (inside
 /// `enter_syscall`/`blocking`), and `Err(())` if blocking detection
 /// detached the M outside a critical section (the caller reacquires a P
-/// and asks again). Null on g0 and plain threads. Atomic against
-/// migration; the answer may be outdated by a later syscall, as any is.
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+/// and asks again). Null on g0 and plain threads. The answer may be
+/// outdated by a later syscall, as any is.
+#[inline]
 pub(crate) fn g_with_p() -> Result<*mut G, ()> {
-    let mp = CURRENT_M.with(|c| c.get());
+    let mp = acquirem();
     if mp.is_null() {
         return Ok(ptr::null_mut());
     }
-    // SAFETY: this thread's M, alive forever; curg, p, detached and locks
-    // are its own.
+    // SAFETY: this thread's M (inside the section), alive forever; curg,
+    // p, detached and locks are its own.
     let m = unsafe { &*mp };
-    if m.detached.load(Ordering::Relaxed) && m.locks.get() == 0 && !m.curg.get().is_null() {
-        return Err(());
-    }
-    if m.p.get().is_null() {
+    // locks == 1: only our own section.
+    let r = if m.detached.load(Ordering::Relaxed) && m.locks.get() == 1 && !m.curg.get().is_null() {
+        Err(())
+    } else if m.p.get().is_null() {
         Ok(ptr::null_mut())
     } else {
         Ok(m.curg.get())
-    }
+    };
+    releasem(mp);
+    r
 }
 
 /// Whether blocking detection detached this thread's M and the caller is
 /// outside a critical section: then it must reacquire a P
-/// (preempt::reacquire). Atomic against migration.
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+/// (preempt::reacquire).
+#[inline]
 pub(crate) fn detached_outside_section() -> bool {
-    let mp = CURRENT_M.with(|c| c.get());
-    // SAFETY: this thread's M, alive forever.
-    !mp.is_null() && unsafe { (*mp).detached.load(Ordering::Relaxed) && (*mp).locks.get() == 0 }
+    let mp = acquirem();
+    if mp.is_null() {
+        return false;
+    }
+    // SAFETY: this thread's M (inside the section), alive forever.
+    let m = unsafe { &*mp };
+    let r = m.detached.load(Ordering::Relaxed) && m.locks.get() == 1;
+    releasem(mp);
+    r
 }
 
-/// The current M's fastrand, or None on a plain thread. Atomic against
-/// migration (the generator is its thread's alone).
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+/// The current M's fastrand, or None on a plain thread.
+#[inline]
 pub(crate) fn m_fastrand() -> Option<u32> {
-    let mp = CURRENT_M.with(|c| c.get());
+    let mp = acquirem();
     if mp.is_null() {
         return None;
     }
-    // SAFETY: this thread's M; fastrand is touched only by its thread.
-    Some(unsafe { (*mp).fastrand() })
+    // SAFETY: this thread's M (inside the section); fastrand is touched
+    // only by its thread.
+    let r = unsafe { (*mp).fastrand() };
+    releasem(mp);
+    Some(r)
 }
 
 /// Go's acquirem: enter a runtime critical section on the current M (if
 /// any): until the matching [`releasem`], the running G is never
 /// preempted asynchronously nor detached by blocking detection, so the M
 /// and P it reads stay its own. Returns the M (null on a plain thread).
-/// Nests. Cheap: a call, a TLS read and a store. Not inlined, so that the
-/// read and the increment are one step against migration (see above).
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+/// Nests. Cheap: a call, a TLS read and an increment (asm/, one step
+/// against migration).
+#[inline]
 pub(crate) fn acquirem() -> *mut M {
-    let mp = CURRENT_M.with(|c| c.get());
-    if !mp.is_null() {
-        // SAFETY: this thread's M, alive forever; locks is written only by
-        // this thread (the SIGURG handler on it only reads it).
-        let m = unsafe { &*mp };
-        m.locks.set(m.locks.get() + 1);
-        // The handler runs on this thread: a compiler fence keeps the
-        // section's accesses after the increment in program order as the
-        // handler sees it (Go relies on the same for m.locks).
-        compiler_fence(Ordering::SeqCst);
-    }
+    // SAFETY: reads this thread's slot and increments its M's `locks`,
+    // written only by this thread (the SIGURG handler on it only reads it).
+    let mp: *mut M = unsafe { goro_acquirem().cast() };
+    // The handler runs on this thread: a compiler fence keeps the
+    // section's accesses after the increment in program order as the
+    // handler sees it (Go relies on the same for m.locks).
+    compiler_fence(Ordering::SeqCst);
     mp
 }
 
@@ -459,44 +453,23 @@ pub(crate) fn releasem(mp: *mut M) {
 /// Whether this thread's M is inside a runtime critical section
 /// ([`acquirem`]): code there must not park (it would sleep with
 /// preemption and blocking detection off for its M, and release the
-/// section on another thread if it resumed elsewhere). Atomic against
-/// migration.
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+/// section on another thread if it resumed elsewhere).
+#[inline]
 pub(crate) fn in_critical_section() -> bool {
-    let mp = CURRENT_M.with(|c| c.get());
-    // SAFETY: this thread's M; `locks` is written only by this thread.
-    !mp.is_null() && unsafe { (*mp).locks.get() } > 0
+    locks() > 0
 }
 
-/// The current M's critical-section count (0 on a plain thread), for
-/// tests. Atomic against migration.
-#[inline(never)]
-#[link_section = "goro_nomigrate"]
+/// The current M's critical-section count, not counting this call's own
+/// (0 on a plain thread).
 pub(crate) fn locks() -> i32 {
-    let mp = CURRENT_M.with(|c| c.get());
+    let mp = acquirem();
     if mp.is_null() {
         return 0;
     }
     // SAFETY: this thread's M; `locks` is written only by this thread.
-    unsafe { (*mp).locks.get() }
-}
-
-/// The address range of the `goro_nomigrate` section: a G interrupted
-/// with its pc in it must resume on the same M. Async-signal-safe.
-#[inline]
-pub(crate) fn nomigrate_range() -> (usize, usize) {
-    extern "C" {
-        // Defined by the linker for an orphan section whose name is a C
-        // identifier (GNU ld, gold and lld alike).
-        static __start_goro_nomigrate: u8;
-        static __stop_goro_nomigrate: u8;
-    }
-    // Only the symbols' addresses are taken, never their bytes.
-    (
-        ptr::addr_of!(__start_goro_nomigrate) as usize,
-        ptr::addr_of!(__stop_goro_nomigrate) as usize,
-    )
+    let n = unsafe { (*mp).locks.get() } - 1;
+    releasem(mp);
+    n
 }
 
 /// A lock held inside a runtime critical section (Go's lock(): never

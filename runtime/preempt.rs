@@ -310,10 +310,8 @@ pub(crate) unsafe fn on_signal(
     }
     // Migrate mode pins too while the G unwinds a panic: std's panic
     // count is thread-local (panicking() reads an atomic, then a
-    // const-initialised thread-local: no locks, signal-safe). And it pins
-    // a G stopped inside one of the runtime's M readers, which would
-    // otherwise resume elsewhere with this M in a register (m.rs).
-    if (pinned_mode() || pc_in_nomigrate(pc) || std::thread::panicking())
+    // const-initialised thread-local: no locks, signal-safe).
+    if (pinned_mode() || std::thread::panicking())
         && g.lockedm.get().is_null()
         && status == GStatus::Running
     {
@@ -332,14 +330,6 @@ pub(crate) unsafe fn on_signal(
     // the G's stack below the interrupted sp and red zone, with the
     // headroom checked above.
     unsafe { inject(m, info, ctx, sp) };
-}
-
-/// Whether `pc` lies in the runtime's M readers (m.rs's `goro_nomigrate`
-/// section). Async-signal-safe.
-#[inline]
-fn pc_in_nomigrate(pc: usize) -> bool {
-    let (lo, hi) = crate::m::nomigrate_range();
-    pc >= lo && pc < hi
 }
 
 fn refuse() {
@@ -384,12 +374,18 @@ unsafe fn inject(m: &M, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, sp: 
 /// (or reacquire a P for a detached one), and when it is resumed return
 /// the frame copy for rt_sigreturn. Never unwinds.
 ///
-/// In the `goro_nomigrate` section: between its last read of the M and
-/// rt_sigreturn (the altstack it writes into the frame must be the
-/// thread's that returns through it), a second preemption keeps the G on
-/// its M.
-#[link_section = "goro_nomigrate"]
+/// Returns inside a runtime critical section, which the trampoline ends
+/// just before rt_sigreturn: the altstack written into the frame must be
+/// the one of the thread that returns through it.
+///
+/// errno is thread-local memory that rt_sigreturn does not restore: the
+/// interrupted code may be between a failing libc call and its read of
+/// errno, and this thread (or, in migrate mode, the thread the G resumes
+/// on) runs the scheduler meanwhile. It is saved here and written back on
+/// whichever thread the G resumes.
 extern "C" fn async_preempt(frame: usize) -> usize {
+    // SAFETY: this thread's errno slot (glibc and musl provide it).
+    let errno = unsafe { *libc::__errno_location() };
     // The handler entered a critical section for us (m.locks = 1), so no
     // second preemption can land before the G is parked.
     let mp = getm();
@@ -399,8 +395,8 @@ extern "C" fn async_preempt(frame: usize) -> usize {
     let g = unsafe { &*gp };
     if m.detached.load(Ordering::Relaxed) {
         // A detached G computing: take a P back before running on, on
-        // this thread if it must wait for one (in both modes: it may have
-        // been stopped holding this M in a register, see m.rs).
+        // this thread if it must wait for one (in both modes: the
+        // interrupted code may hold thread state, as any detached G's).
         if g.lockedm.get().is_null() {
             pin(m, gp);
             PINNED.fetch_add(1, Ordering::Relaxed);
@@ -422,11 +418,15 @@ extern "C" fn async_preempt(frame: usize) -> usize {
         crate::park::mcall_locked(gopreempt_m);
     }
     // Resumed: possibly on another M (migrate mode). rt_sigreturn installs
-    // the frame's altstack: make it this M's.
-    // SAFETY: getm is this thread's M.
-    let (ss, size) = unsafe { (*getm()).gsignal.get() };
+    // the frame's altstack: make it this M's, inside a critical section
+    // that the trampoline ends.
+    let mp = crate::m::acquirem();
+    // SAFETY: this thread's M, ours inside the section.
+    let (ss, size) = unsafe { (*mp).gsignal.get() };
     // SAFETY: frame is our copy, untouched since the handler.
     unsafe { crate::arch::sigframe_set_altstack(frame, ss, size) };
+    // SAFETY: this thread's errno slot.
+    unsafe { *libc::__errno_location() = errno };
     frame
 }
 
@@ -445,7 +445,8 @@ fn unpin_if_running_here(gp: *mut G) {
     // SAFETY: the running G.
     let g = unsafe { &*gp };
     if g.pinned.get() {
-        // SAFETY: this thread's M.
+        let _ml = crate::m::MLock::new();
+        // SAFETY: this thread's M (pinned to it, and inside the section).
         let m = unsafe { &*getm() };
         unpin(m, g);
     }

@@ -131,8 +131,14 @@ extern "C" fn sigurg_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
         // Acquire pairs with signal_m's CAS: take the request.
         let req = m.preempt_req.swap(0, Ordering::Acquire);
         if req != 0 {
+            // errno is the interrupted code's (async_preempt saves it for
+            // the goroutine): keep it whatever the handler's calls do.
+            // SAFETY: this thread's errno slot.
+            let errno = unsafe { *libc::__errno_location() };
             // SAFETY: the handler's own arguments, on this M's thread.
             unsafe { crate::preempt::on_signal(m, req, info, ctx) };
+            // SAFETY: as above.
+            unsafe { *libc::__errno_location() = errno };
             return;
         }
     }

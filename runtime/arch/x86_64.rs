@@ -2,7 +2,12 @@
 
 use super::EntryFn;
 
-core::arch::global_asm!(include_str!("../../asm/x86_64.S"));
+// The M field offsets the TLS readers at the end of the file use.
+core::arch::global_asm!(
+    include_str!("../../asm/x86_64.S"),
+    m_locks = const core::mem::offset_of!(crate::m::M, locks),
+    m_curg = const core::mem::offset_of!(crate::m::M, curg),
+);
 
 /// The frame goro_switch/goro_mcall push and goro_restore pops; see the
 /// diagram in asm/x86_64.S. Offsets are asserted below. Only rbx and rbp
