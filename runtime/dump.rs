@@ -278,7 +278,7 @@ pub(crate) fn write_stderr(mut buf: &[u8]) {
         // SAFETY: buf is a valid readable slice.
         let n = unsafe { libc::write(2, buf.as_ptr().cast(), buf.len()) };
         if n <= 0 {
-            if n < 0 && std::io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            if n < 0 && crate::os::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             return;

@@ -92,7 +92,7 @@ pub(crate) fn init() -> std::io::Result<()> {
         return Ok(());
     }
     let fail = |fds: &[i32]| {
-        let e = std::io::Error::last_os_error();
+        let e = crate::os::last_os_error();
         for &fd in fds {
             // SAFETY: fds we created above and published nowhere.
             unsafe { libc::close(fd) };
@@ -314,7 +314,7 @@ impl PollDesc {
         let ep = EPFD.load(Ordering::Acquire);
         // SAFETY: ep is our epoll fd, fd a caller-owned open fd, ev valid.
         if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-            let e = std::io::Error::last_os_error();
+            let e = crate::os::last_os_error();
             // Relaxed: never published; the cache lock orders reuse.
             pd.fd.store(-1, Ordering::Relaxed);
             crate::m::lock_rt(&POLL_CACHE).push(pd);
@@ -618,7 +618,7 @@ fn wait(ep: i32, events: &mut [libc::epoll_event], delay: i64) -> i32 {
         if r >= 0 {
             return r;
         }
-        let err = std::io::Error::last_os_error().raw_os_error();
+        let err = crate::os::last_os_error().raw_os_error();
         if err != Some(libc::ENOSYS) {
             return 0; // EINTR: the caller re-checks its state
         }

@@ -155,3 +155,32 @@ pub(crate) fn newosproc(
     }
     Ok(())
 }
+
+/// This thread's errno slot. LLVM treats `__errno_location` as a pure
+/// function and merges calls to it across anything, goro's switches
+/// included: in an accept loop that parks between two failing `accept4`s
+/// it kept the first result in a stack slot and read the second errno
+/// from the thread the goroutine had left (session 22). The call goes
+/// through a `black_box`ed pointer so that each read computes the slot
+/// on the thread it runs on.
+#[inline(always)]
+pub(crate) fn errno_location() -> *mut libc::c_int {
+    let f: unsafe extern "C" fn() -> *mut libc::c_int =
+        core::hint::black_box(libc::__errno_location);
+    // SAFETY: __errno_location has no preconditions.
+    unsafe { f() }
+}
+
+/// This thread's errno, read afresh (see [`errno_location`]).
+#[inline(always)]
+pub(crate) fn errno() -> i32 {
+    // SAFETY: the slot is valid for this thread's lifetime.
+    unsafe { *errno_location() }
+}
+
+/// `io::Error::last_os_error()` without the merged errno read (see
+/// [`errno_location`]): goro's code uses this one.
+#[inline(always)]
+pub(crate) fn last_os_error() -> std::io::Error {
+    std::io::Error::from_raw_os_error(errno())
+}

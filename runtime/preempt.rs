@@ -385,7 +385,7 @@ unsafe fn inject(m: &M, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, sp: 
 /// whichever thread the G resumes.
 extern "C" fn async_preempt(frame: usize) -> usize {
     // SAFETY: this thread's errno slot (glibc and musl provide it).
-    let errno = unsafe { *errno_location() };
+    let errno = unsafe { *crate::os::errno_location() };
     // The handler entered a critical section for us (m.locks = 1), so no
     // second preemption can land before the G is parked.
     let mp = getm();
@@ -425,21 +425,10 @@ extern "C" fn async_preempt(frame: usize) -> usize {
     let (ss, size) = unsafe { (*mp).gsignal.get() };
     // SAFETY: frame is our copy, untouched since the handler.
     unsafe { crate::arch::sigframe_set_altstack(frame, ss, size) };
-    // SAFETY: this thread's errno slot, read afresh (see errno_location).
-    unsafe { *errno_location() = errno };
+    // SAFETY: this thread's errno slot, computed afresh on the thread the
+    // G resumed on (os::errno_location: LLVM would reuse the entry's).
+    unsafe { *crate::os::errno_location() = errno };
     frame
-}
-
-/// This thread's errno slot, computed by a call LLVM cannot merge with an
-/// earlier one: it treats `__errno_location` as a pure function and reused
-/// the entry's result (the old thread's slot) after the switch, so the
-/// restore wrote to the thread the goroutine had left.
-#[inline(always)]
-fn errno_location() -> *mut libc::c_int {
-    let f: unsafe extern "C" fn() -> *mut libc::c_int =
-        core::hint::black_box(libc::__errno_location);
-    // SAFETY: __errno_location has no preconditions.
-    unsafe { f() }
 }
 
 /// Wires `gp` to `m` until it runs again (the lock_os_thread mechanism

@@ -312,7 +312,7 @@ fn install(n: libc::c_int) -> io::Result<libc::sigaction> {
         libc::sigemptyset(&mut sa.sa_mask);
         let mut prev: libc::sigaction = core::mem::zeroed();
         if libc::sigaction(n, &sa, &mut prev) != 0 {
-            return Err(io::Error::last_os_error());
+            return Err(crate::os::last_os_error());
         }
         Ok(prev)
     }

@@ -471,7 +471,7 @@ fn new_arena(slot: usize) -> std::io::Result<Arena> {
         if p != libc::MAP_FAILED {
             break (p, len);
         }
-        let e = std::io::Error::last_os_error();
+        let e = crate::os::last_os_error();
         if count == 1 || e.raw_os_error() != Some(libc::ENOMEM) {
             return Err(e);
         }
@@ -516,7 +516,7 @@ fn install_guard(addr: usize, page: usize) -> std::io::Result<()> {
     // SAFETY: as above; PROT_NONE makes the page fault on any access.
     let r = unsafe { libc::mprotect(addr as *mut _, page, libc::PROT_NONE) };
     if r != 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(crate::os::last_os_error());
     }
     Ok(())
 }
@@ -550,7 +550,7 @@ fn probe_guard_mode() -> u8 {
             // SAFETY: the kernel validates the buffer and returns EFAULT
             // instead of faulting the process.
             let n = unsafe { libc::write(fds[1], p, 1) };
-            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) {
+            if n < 0 && crate::os::last_os_error().raw_os_error() == Some(libc::EFAULT) {
                 mode = GUARD_MADVISE;
             }
             // SAFETY: closing the pipe we opened.

@@ -557,7 +557,7 @@ fn thread_in_syscall(tid: i32) -> Option<bool> {
     // SAFETY: path is NUL-terminated; open/read/close on our own buffer.
     let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+        if crate::os::last_os_error().raw_os_error() != Some(libc::ENOENT) {
             crate::preempt::DETECT_UNAVAILABLE.store(true, Ordering::Relaxed);
             crate::preempt::DETECT_ENABLED.store(false, Ordering::Relaxed);
         }

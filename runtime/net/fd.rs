@@ -261,7 +261,7 @@ pub(crate) fn send_nosignal(fd: RawFd, buf: &[u8]) -> io::Result<usize> {
     // SAFETY: buf is a valid readable buffer of buf.len() bytes.
     let r = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
     if r < 0 {
-        Err(io::Error::last_os_error())
+        Err(crate::os::last_os_error())
     } else {
         Ok(r as usize)
     }
@@ -280,7 +280,7 @@ pub(crate) fn sendmsg_nosignal(fd: RawFd, bufs: &[io::IoSlice<'_>]) -> io::Resul
     // sendmsg only reads.
     let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
     if r < 0 {
-        Err(io::Error::last_os_error())
+        Err(crate::os::last_os_error())
     } else {
         Ok(r as usize)
     }
@@ -298,7 +298,7 @@ pub(crate) fn readv(fd: RawFd, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<us
         )
     };
     if r < 0 {
-        Err(io::Error::last_os_error())
+        Err(crate::os::last_os_error())
     } else {
         Ok(r as usize)
     }

@@ -80,7 +80,7 @@ impl TcpListener {
                         libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
                     );
                     if fd < 0 {
-                        Err(io::Error::last_os_error())
+                        Err(crate::os::last_os_error())
                     } else {
                         Ok(fd)
                     }
