@@ -44,7 +44,10 @@
 //! `spawn`. Do not hold a `thread_local!` borrow, a std `MutexGuard` or
 //! std's stdout lock across those calls. LLVM may cache a thread-local's
 //! address within one function; goro reads its own thread-local only
-//! through assembly routines (asm/) for that reason. Asynchronous preemption
+//! through assembly routines (asm/) for that reason. errno is such a
+//! thread-local, and LLVM treats `__errno_location` as pure: read errno
+//! right after the failing libc call (as std's wrappers do), never after a
+//! switch point in the same function. Asynchronous preemption
 //! (a goroutine interrupted at any instruction after 10 ms) does not move
 //! it: by default it resumes on its own thread ([`PreemptMode::Pinned`];
 //! docs/PREEMPTION.md).
