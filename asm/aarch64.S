@@ -30,6 +30,14 @@
 
 // goro_asm_start / goro_asm_end bound this file's code: no async
 // preemption at a pc between them (preempt.rs).
+// LOAD_M dst, tmp: dst = this thread's M (goro_tls_m, initial-exec TLS).
+.macro LOAD_M dst, tmp
+    mrs \tmp, tpidr_el0
+    adrp \dst, :gottprel:goro_tls_m
+    ldr \dst, [\dst, :gottprel_lo12:goro_tls_m]
+    ldr \dst, [\tmp, \dst]
+.endm
+
     .globl goro_asm_start
 goro_asm_start:
 
@@ -146,10 +154,7 @@ goro_async_preempt:
     // async_preempt returned inside a runtime critical section, so that
     // the altstack it wrote into the frame stays this thread's: end it
     // here, where no preemption lands (Rust's releasem).
-    mrs x2, tpidr_el0
-    adrp x3, :gottprel:goro_tls_m
-    ldr x3, [x3, :gottprel_lo12:goro_tls_m]
-    ldr x2, [x2, x3]
+    LOAD_M x2, x3
     ldr w3, [x2, #{m_locks}]
     sub w3, w3, #1
     str w3, [x2, #{m_locks}]
@@ -179,10 +184,7 @@ goro_tls_m:
     .p2align 4
 goro_getm:
     .cfi_startproc
-    mrs x1, tpidr_el0
-    adrp x0, :gottprel:goro_tls_m
-    ldr x0, [x0, :gottprel_lo12:goro_tls_m]
-    ldr x0, [x1, x0]
+    LOAD_M x0, x1
     ret
     .cfi_endproc
     .size goro_getm, .-goro_getm
@@ -209,10 +211,7 @@ goro_setm:
     .p2align 4
 goro_getg:
     .cfi_startproc
-    mrs x1, tpidr_el0
-    adrp x0, :gottprel:goro_tls_m
-    ldr x0, [x0, :gottprel_lo12:goro_tls_m]
-    ldr x0, [x1, x0]
+    LOAD_M x0, x1
     cbz x0, 1f
     ldr x0, [x0, #{m_curg}]
 1:
@@ -227,10 +226,7 @@ goro_getg:
     .p2align 4
 goro_acquirem:
     .cfi_startproc
-    mrs x1, tpidr_el0
-    adrp x0, :gottprel:goro_tls_m
-    ldr x0, [x0, :gottprel_lo12:goro_tls_m]
-    ldr x0, [x1, x0]
+    LOAD_M x0, x1
     cbz x0, 1f
     ldr w1, [x0, #{m_locks}]
     add w1, w1, #1

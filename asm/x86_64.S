@@ -50,6 +50,12 @@
 
 // goro_asm_start / goro_asm_end bound this file's code: the SIGURG
 // handler never preempts at a pc between them (preempt.rs).
+// LOAD_M reg: reg = this thread's M (goro_tls_m, initial-exec TLS, below).
+.macro LOAD_M reg
+    mov \reg, qword ptr [rip + goro_tls_m@GOTTPOFF]
+    mov \reg, qword ptr fs:[\reg]
+.endm
+
     .globl goro_asm_start
 goro_asm_start:
 
@@ -192,8 +198,7 @@ goro_async_preempt:
     // async_preempt returned inside a runtime critical section, so that
     // the altstack it wrote into the frame stays this thread's: end it
     // here, where no preemption lands (Rust's releasem).
-    mov rdx, qword ptr [rip + goro_tls_m@GOTTPOFF]
-    mov rdx, qword ptr fs:[rdx]
+    LOAD_M rdx
     dec dword ptr [rdx + {m_locks}]
     lea rsp, [rax + 8]              // sp = frame + 8, as after the handler's ret
     mov eax, 15                     // SYS_rt_sigreturn
@@ -209,6 +214,7 @@ goro_async_preempt:
 // resume on another thread. Initial-exec TLS: one load of the slot's
 // offset from the GOT, then fs-relative; no call. Field offsets of the M
 // come from Rust (global_asm! const operands).
+
     .pushsection .tbss,"awT",@nobits
     .p2align 3
     .globl goro_tls_m
@@ -226,8 +232,7 @@ goro_tls_m:
     .p2align 4
 goro_getm:
     .cfi_startproc
-    mov rax, qword ptr [rip + goro_tls_m@GOTTPOFF]
-    mov rax, qword ptr fs:[rax]
+    LOAD_M rax
     ret
     .cfi_endproc
     .size goro_getm, .-goro_getm
@@ -252,8 +257,7 @@ goro_setm:
     .p2align 4
 goro_getg:
     .cfi_startproc
-    mov rax, qword ptr [rip + goro_tls_m@GOTTPOFF]
-    mov rax, qword ptr fs:[rax]
+    LOAD_M rax
     test rax, rax
     jz 7f
     mov rax, qword ptr [rax + {m_curg}]
@@ -270,8 +274,7 @@ goro_getg:
     .p2align 4
 goro_acquirem:
     .cfi_startproc
-    mov rax, qword ptr [rip + goro_tls_m@GOTTPOFF]
-    mov rax, qword ptr fs:[rax]
+    LOAD_M rax
     test rax, rax
     jz 7f
     inc dword ptr [rax + {m_locks}]

@@ -20,9 +20,9 @@ const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 const SLEEPING: u32 = 2;
 /// Spin rounds on a multiprocessor before yielding (Go's active_spin).
-const ACTIVE_SPIN: u32 = 4;
+pub(crate) const ACTIVE_SPIN: u32 = 4;
 /// PAUSEs per spin round (Go's active_spin_cnt).
-const ACTIVE_SPIN_CNT: u32 = 30;
+pub(crate) const ACTIVE_SPIN_CNT: u32 = 30;
 /// sched_yield rounds before sleeping (Go's passive_spin).
 const PASSIVE_SPIN: u32 = 1;
 
@@ -56,7 +56,11 @@ impl Mutex {
     #[cold]
     fn lock_slow(&self, v: u32) {
         let mut wait = v;
-        let spin = if ncpu() > 1 { ACTIVE_SPIN } else { 0 };
+        let spin = if crate::os::ncpu_cached() > 1 {
+            ACTIVE_SPIN
+        } else {
+            0
+        };
         loop {
             for _ in 0..spin {
                 if self.try_take(wait) {
@@ -109,20 +113,6 @@ impl Mutex {
             _ => crate::throw::throw("unlock of unlocked lock"),
         }
     }
-}
-
-/// CPUs available (cached: the first read is a few system calls).
-fn ncpu() -> usize {
-    use core::sync::atomic::AtomicUsize;
-    static NCPU: AtomicUsize = AtomicUsize::new(0);
-    // Relaxed: every thread computes the same value.
-    let n = NCPU.load(Ordering::Relaxed);
-    if n != 0 {
-        return n;
-    }
-    let n = crate::os::ncpu().max(1);
-    NCPU.store(n, Ordering::Relaxed);
-    n
 }
 
 #[cfg(test)]

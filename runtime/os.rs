@@ -87,6 +87,21 @@ pub(crate) fn ncpu() -> usize {
         .unwrap_or(1)
 }
 
+/// [`ncpu`] computed once (std's query reads cgroup files; spin decisions
+/// must be cheap).
+pub(crate) fn ncpu_cached() -> usize {
+    use core::sync::atomic::{AtomicUsize, Ordering};
+    static NCPU: AtomicUsize = AtomicUsize::new(0);
+    // Relaxed: every thread computes the same value.
+    let n = NCPU.load(Ordering::Relaxed);
+    if n != 0 {
+        return n;
+    }
+    let n = ncpu().max(1);
+    NCPU.store(n, Ordering::Relaxed);
+    n
+}
+
 /// The system page size in bytes.
 pub(crate) fn page_size() -> usize {
     static PAGE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);

@@ -53,30 +53,15 @@ const STARVING: i32 = 4;
 const WAITER_SHIFT: u32 = 3;
 /// A waiter that waited longer than this (ns) switches to starvation mode.
 const STARVATION_THRESHOLD_NS: i64 = 1_000_000;
-/// Spin rounds before parking (Go's active_spin).
-const ACTIVE_SPIN: u32 = 4;
-/// PAUSEs per spin round (Go's active_spin_cnt).
-const ACTIVE_SPIN_CNT: u32 = 30;
-
-/// CPUs available to the process, computed once (the std query reads cgroup
-/// files; the spin decision must be cheap).
-fn ncpu() -> u32 {
-    static NCPU: AtomicU32 = AtomicU32::new(0);
-    // Relaxed: every thread computes the same value.
-    let n = NCPU.load(Ordering::Relaxed);
-    if n != 0 {
-        return n;
-    }
-    let n = crate::os::ncpu().clamp(1, u32::MAX as usize) as u32;
-    NCPU.store(n, Ordering::Relaxed);
-    n
-}
+// Spin rounds before parking and PAUSEs per round: the runtime lock's
+// (Go's sync_runtime_canSpin uses lock_futex.go's active_spin too).
+use crate::lock_futex::{ACTIVE_SPIN, ACTIVE_SPIN_CNT};
 
 /// Go's sync_runtime_canSpin: whether spin round `iter` may pay off (see
 /// "Spinning" above). Any goroutine or thread.
 #[inline]
 fn can_spin(iter: u32) -> bool {
-    if iter >= ACTIVE_SPIN || ncpu() <= 1 {
+    if iter >= ACTIVE_SPIN || crate::os::ncpu_cached() <= 1 {
         return false;
     }
     // No P: a plain thread, or a goroutine inside blocking().
