@@ -350,14 +350,7 @@ pub(crate) fn init(cfg: &crate::Config) {
     }
     extern "C" fn on_sigquit(_: libc::c_int) {
         QUIT_PENDING.store(true, Ordering::Relaxed);
-        let fd = PIPE_W.load(Ordering::Relaxed);
-        let b = 1u8;
-        // SAFETY: write(2) is async-signal-safe; errno is saved/restored.
-        unsafe {
-            let e = *libc::__errno_location();
-            libc::write(fd, (&b as *const u8).cast(), 1);
-            *libc::__errno_location() = e;
-        }
+        crate::os::write_byte_keeping_errno(PIPE_W.load(Ordering::Relaxed));
     }
     // SAFETY: a zeroed sigaction with a valid handler and an empty mask is
     // a valid argument; the handler is async-signal-safe.

@@ -66,9 +66,7 @@ impl Mutex {
                 if self.try_take(wait) {
                     return;
                 }
-                for _ in 0..ACTIVE_SPIN_CNT {
-                    core::hint::spin_loop();
-                }
+                crate::os::procyield(ACTIVE_SPIN_CNT);
             }
             for _ in 0..PASSIVE_SPIN {
                 if self.try_take(wait) {

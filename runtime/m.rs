@@ -364,60 +364,31 @@ pub(crate) fn getg() -> *mut G {
     unsafe { goro_getg().cast() }
 }
 
-/// The running G if its M holds a P, null if it has none (inside
-/// `enter_syscall`/`blocking`), and `Err(())` if blocking detection
-/// detached the M outside a critical section (the caller reacquires a P
-/// and asks again). Null on g0 and plain threads. The answer may be
-/// outdated by a later syscall, as any is.
-#[inline]
-pub(crate) fn g_with_p() -> Result<*mut G, ()> {
+/// Go's fastrand: the current M's generator, or on a plain thread a
+/// per-thread one (wyrand, as `M::fastrand`, seeded from the clock and the
+/// thread-local's address so that runs and threads differ).
+pub(crate) fn fastrand() -> u32 {
     let mp = acquirem();
-    if mp.is_null() {
-        return Ok(ptr::null_mut());
+    if !mp.is_null() {
+        // SAFETY: this thread's M (inside the section); fastrand is touched
+        // only by its thread.
+        let r = unsafe { (*mp).fastrand() };
+        releasem(mp);
+        return r;
     }
-    // SAFETY: this thread's M (inside the section), alive forever; curg,
-    // p, detached and locks are its own.
-    let m = unsafe { &*mp };
-    // locks == 1: only our own section.
-    let r = if m.detached.load(Ordering::Relaxed) && m.locks.get() == 1 && !m.curg.get().is_null() {
-        Err(())
-    } else if m.p.get().is_null() {
-        Ok(ptr::null_mut())
-    } else {
-        Ok(m.curg.get())
-    };
-    releasem(mp);
-    r
-}
-
-/// Whether blocking detection detached this thread's M and the caller is
-/// outside a critical section: then it must reacquire a P
-/// (preempt::reacquire).
-#[inline]
-pub(crate) fn detached_outside_section() -> bool {
-    let mp = acquirem();
-    if mp.is_null() {
-        return false;
+    std::thread_local! {
+        static STATE: Cell<u64> = const { Cell::new(0) };
     }
-    // SAFETY: this thread's M (inside the section), alive forever.
-    let m = unsafe { &*mp };
-    let r = m.detached.load(Ordering::Relaxed) && m.locks.get() == 1;
-    releasem(mp);
-    r
-}
-
-/// The current M's fastrand, or None on a plain thread.
-#[inline]
-pub(crate) fn m_fastrand() -> Option<u32> {
-    let mp = acquirem();
-    if mp.is_null() {
-        return None;
-    }
-    // SAFETY: this thread's M (inside the section); fastrand is touched
-    // only by its thread.
-    let r = unsafe { (*mp).fastrand() };
-    releasem(mp);
-    Some(r)
+    STATE.with(|s| {
+        let mut v = s.get();
+        if v == 0 {
+            v = (crate::os::nanotime() as u64 ^ s as *const _ as u64) | 1;
+        }
+        v = v.wrapping_add(0xa076_1d64_78bd_642f);
+        s.set(v);
+        let t = (v as u128).wrapping_mul((v ^ 0xe703_7ed1_a0b4_28db) as u128);
+        ((t >> 64) as u64 ^ t as u64) as u32
+    })
 }
 
 /// Go's acquirem: enter a runtime critical section on the current M (if

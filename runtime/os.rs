@@ -87,6 +87,15 @@ pub(crate) fn ncpu() -> usize {
         .unwrap_or(1)
 }
 
+/// Go's procyield: `n` PAUSE (x86_64) / YIELD (aarch64) hints, for spin
+/// waits that expect the other CPU to finish within nanoseconds.
+#[inline]
+pub(crate) fn procyield(n: u32) {
+    for _ in 0..n {
+        core::hint::spin_loop();
+    }
+}
+
 /// [`ncpu`] computed once (std's query reads cgroup files; spin decisions
 /// must be cheap).
 pub(crate) fn ncpu_cached() -> usize {
@@ -116,13 +125,6 @@ pub(crate) fn page_size() -> usize {
     p
 }
 
-/// Go's newosproc: starts a detached OS thread running `f(arg)` with a
-/// native stack of `stack_size` bytes, named `name` (≤ 15 bytes shown).
-///
-/// Runtime threads are created with pthread_create rather than
-/// std::thread so they inherit nothing from the creating thread (std's
-/// test-harness output capture in particular: goroutine output must not land
-/// in whichever test happened to start the runtime). `f` must not unwind.
 /// Thread creations still to fail with EAGAIN, after FAIL_THREADS_AFTER
 /// more succeed (test hook `__private::fail_thread_creations`).
 pub(crate) static FAIL_THREADS: core::sync::atomic::AtomicI64 =
@@ -130,6 +132,13 @@ pub(crate) static FAIL_THREADS: core::sync::atomic::AtomicI64 =
 pub(crate) static FAIL_THREADS_AFTER: core::sync::atomic::AtomicI64 =
     core::sync::atomic::AtomicI64::new(0);
 
+/// Go's newosproc: starts a detached OS thread running `f(arg)` with a
+/// native stack of `stack_size` bytes, named `name` (≤ 15 bytes shown).
+///
+/// Runtime threads are created with pthread_create rather than
+/// std::thread so they inherit nothing from the creating thread (std's
+/// test-harness output capture in particular: goroutine output must not land
+/// in whichever test happened to start the runtime). `f` must not unwind.
 pub(crate) fn newosproc(
     name: &str,
     stack_size: usize,
@@ -198,4 +207,16 @@ pub(crate) fn errno() -> i32 {
 #[inline(always)]
 pub(crate) fn last_os_error() -> std::io::Error {
     std::io::Error::from_raw_os_error(errno())
+}
+
+/// Writes one byte to `fd`, ignoring the result, with errno preserved:
+/// the self-pipe wake-up of a signal handler (async-signal-safe; the
+/// interrupted code must not see the handler's errno).
+pub(crate) fn write_byte_keeping_errno(fd: libc::c_int) {
+    let b = 1u8;
+    let e = errno();
+    // SAFETY: write(2) of one byte from a live local; a bad fd only fails.
+    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    // SAFETY: this thread's errno slot.
+    unsafe { *errno_location() = e };
 }

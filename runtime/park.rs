@@ -51,13 +51,22 @@ fn mcall_enter(m: &M) {
 /// given up its P): those wait by blocking the thread instead.
 #[inline]
 pub(crate) fn parkable_g() -> *mut G {
-    loop {
-        match crate::m::g_with_p() {
-            Ok(gp) => return gp,
-            // A G that blocking detection detached takes a P back first.
-            Err(()) => crate::preempt::reacquire(),
-        }
+    // A G that blocking detection detached takes a P back first.
+    let mp = crate::preempt::acquirem_with_p();
+    if mp.is_null() {
+        return core::ptr::null_mut();
     }
+    // SAFETY: this thread's M, ours inside the section; curg and p are
+    // owned by it.
+    let gp = unsafe {
+        if (*mp).p.get().is_null() {
+            core::ptr::null_mut()
+        } else {
+            (*mp).curg.get()
+        }
+    };
+    crate::m::releasem(mp);
+    gp
 }
 
 /// Enters a critical section and returns the M and its P (null on a plain

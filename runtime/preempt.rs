@@ -384,8 +384,7 @@ unsafe fn inject(m: &M, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, sp: 
 /// on) runs the scheduler meanwhile. It is saved here and written back on
 /// whichever thread the G resumes.
 extern "C" fn async_preempt(frame: usize) -> usize {
-    // SAFETY: this thread's errno slot (glibc and musl provide it).
-    let errno = unsafe { *crate::os::errno_location() };
+    let errno = crate::os::errno();
     // The handler entered a critical section for us (m.locks = 1), so no
     // second preemption can land before the G is parked.
     let mp = getm();
@@ -478,15 +477,13 @@ unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
 
 /// Exits the implicit syscall of a G whose M blocking detection detached:
 /// reacquire a P before running on. Called at runtime entries on a user G,
-/// before any runtime lock is taken (cheap when not detached: a call, a
-/// TLS read and two loads). Inside a critical section it does nothing: the
+/// before any runtime lock is taken (cheap when not detached: an
+/// acquirem/releasem and two loads). Inside a critical section it does nothing: the
 /// G goes on as if in a syscall (no P: waits block the thread) until the
 /// next entry.
 #[inline]
 pub(crate) fn reacquire() {
-    if crate::m::detached_outside_section() {
-        reacquire_slow();
-    }
+    crate::m::releasem(acquirem_with_p());
 }
 
 /// Enters a runtime critical section (acquirem) holding the G's P: a G
@@ -511,14 +508,10 @@ pub(crate) fn acquirem_with_p() -> *mut M {
     }
 }
 
-#[cold]
-fn reacquire_slow() {
-    reacquire_locked(crate::m::acquirem());
-}
-
 /// The reacquire itself, inside the critical section `mp` (which it ends):
 /// the detached state is re-checked, cleared and exited with no window for
 /// a signal in between.
+#[cold]
 fn reacquire_locked(mp: *mut M) {
     // SAFETY: this thread's M.
     let m = unsafe { &*mp };

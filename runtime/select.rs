@@ -63,27 +63,6 @@ pub enum Selected {
     Timeout,
 }
 
-/// Random number for poll order: the M's generator, or a per-thread one.
-fn fastrand() -> u32 {
-    if let Some(r) = crate::m::m_fastrand() {
-        return r;
-    }
-    thread_local! {
-        static RNG: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-    }
-    RNG.with(|r| {
-        let mut x = r.get();
-        if x == 0 {
-            x = (crate::os::nanotime() as u64) | 1;
-        }
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        r.set(x);
-        (x >> 32) as u32
-    })
-}
-
 /// Locks the channels of `cases` in `lockorder`, each once.
 fn sellock(cases: &[Scase], lockorder: &[usize]) {
     let mut last: *const Hchan = ptr::null();
@@ -150,7 +129,7 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
         (a, b)
     };
     for i in 0..n {
-        let j = (fastrand() as usize) % (i + 1);
+        let j = (crate::m::fastrand() as usize) % (i + 1);
         pollorder[i] = pollorder[j];
         pollorder[j] = i;
     }

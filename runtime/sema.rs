@@ -88,28 +88,6 @@ fn wake(g: *mut G, parker: *const Parker) {
     }
 }
 
-/// A random treap priority (Go's fastrand): the M's generator on an M,
-/// a per-thread one on a plain thread.
-fn fastrand() -> u32 {
-    if let Some(r) = crate::m::m_fastrand() {
-        return r;
-    }
-    std::thread_local! {
-        static STATE: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
-    }
-    STATE.with(|s| {
-        let mut v = s.get();
-        if v == 0 {
-            v = s as *const _ as u64 | 1; // seed: differs per thread
-        }
-        // wyrand, as M::fastrand.
-        v = v.wrapping_add(0xa076_1d64_78bd_642f);
-        s.set(v);
-        let t = (v as u128).wrapping_mul((v ^ 0xe703_7ed1_a0b4_28db) as u128);
-        ((t >> 64) as u64 ^ t as u64) as u32
-    })
-}
-
 // ---------------------------------------------------------------------------
 // The semaphore table.
 
@@ -414,7 +392,7 @@ impl SemaRoot {
             }
             // A new leaf in the tree of unique addresses; the low bit makes
             // the priority non-zero (Go's fastrand() | 1).
-            (*s).prio = fastrand() | 1;
+            (*s).prio = crate::m::fastrand() | 1;
             (*s).parent = last;
             *pt = s;
             // Rotate up into the tree by priority (a min-heap on prio).

@@ -149,9 +149,9 @@ const FORBIDDEN: [libc::c_int; 9] = [
 /// (the socket orders them).
 static PENDING: AtomicU64 = AtomicU64::new(0);
 
-/// Write end of the wake-up socket pair, -1 until the first `notify`.
-/// Relaxed: stored before any handler that reads it is installed
-/// (sigaction orders it), never changed afterwards.
+/// Write end of the wake-up socket pair, -1 until the first `notify` (and
+/// again if the relay goroutine could not be spawned). Relaxed: stored
+/// before any handler that reads it is installed (sigaction orders it).
 static WAKE_W: AtomicI32 = AtomicI32::new(-1);
 
 /// One relaying channel: the signals (bit n - 1 for n) it asked for.
@@ -332,14 +332,7 @@ fn wake() {
     if fd < 0 {
         return;
     }
-    let b = 1u8;
-    // SAFETY: write(2) of one byte from a live local; errno is saved and
-    // restored so that the interrupted code does not see ours.
-    unsafe {
-        let e = *libc::__errno_location();
-        libc::write(fd, (&b as *const u8).cast(), 1);
-        *libc::__errno_location() = e;
-    }
+    crate::os::write_byte_keeping_errno(fd);
 }
 
 /// The relay goroutine (Go's os/signal loop over signal_recv): waits for

@@ -133,12 +133,11 @@ extern "C" fn sigurg_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
         if req != 0 {
             // errno is the interrupted code's (async_preempt saves it for
             // the goroutine): keep it whatever the handler's calls do.
-            // SAFETY: this thread's errno slot.
-            let errno = unsafe { *libc::__errno_location() };
+            let errno = crate::os::errno();
             // SAFETY: the handler's own arguments, on this M's thread.
             unsafe { crate::preempt::on_signal(m, req, info, ctx) };
-            // SAFETY: as above.
-            unsafe { *libc::__errno_location() = errno };
+            // SAFETY: this thread's errno slot.
+            unsafe { *crate::os::errno_location() = errno };
             return;
         }
     }

@@ -21,9 +21,10 @@
 //! timeout whose wait completed, or a channel timer none of whose
 //! Receivers is left (nobody can observe it) — is dropped when it comes
 //! due, or earlier by the bulk purge that runs whenever a heap has
-//! doubled, so abandoned `after(1h)` timers do not hold memory. `stop`/`reset` also discard a value sent but not received
-//! (under the timer's lock, which a firing entry must take too), so no
-//! value from before the call is ever received.
+//! doubled, so abandoned `after(1h)` timers do not hold memory.
+//! `stop`/`reset` also discard a value sent but not received (under the
+//! timer's lock, which a firing entry must take too), so no value from
+//! before the call is ever received.
 
 use crate::chan::Hchan;
 use crate::g::G;
@@ -77,9 +78,6 @@ pub(crate) enum Kind {
 /// Nothing waits for `st` while holding a heap or channel lock (the purge
 /// only tries it), and no user code runs while `st` is held.
 pub(crate) struct TimerCore {
-    /// Source of heap-entry generations: each entry added for this timer
-    /// gets the next one. Written only under `st`.
-    gen: AtomicU64,
     /// Generation of the one heap entry that may act for this timer (the
     /// carrier), or [`NO_ENTRY`]. Written only under `st`; read racily
     /// (Relaxed) by the heap purge, which drops entries whose generation
@@ -96,8 +94,12 @@ pub(crate) struct TimerCore {
 const NO_ENTRY: u64 = u64::MAX;
 
 struct TimerState {
+    /// Generation of the last heap entry added for this timer (the next
+    /// gets one more).
+    last_gen: u64,
     /// The timer is armed: it fires at `due` (or the deadline overflowed:
-    /// armed but never due). Armed if and only if `carrier` names an entry.
+    /// armed but never due). While armed `carrier` names an entry; a
+    /// stopped timer's may still name one (a zombie).
     armed: bool,
     /// When the timer is due (ns), while armed.
     due: i64,
@@ -114,9 +116,9 @@ impl TimerCore {
     /// A new, unarmed timer.
     pub(crate) fn new(kind: Kind, period: i64) -> Arc<TimerCore> {
         Arc::new(TimerCore {
-            gen: AtomicU64::new(0),
             carrier: AtomicU64::new(NO_ENTRY),
             st: Mutex::new(TimerState {
+                last_gen: 0,
                 armed: false,
                 due: 0,
                 carrier_when: 0,
@@ -164,14 +166,10 @@ impl TimerCore {
         // stall that P (for good when the preempted G waits, pinned, for a
         // P itself).
         let mut st = crate::m::lock_rt(&self.st);
-        self.disarm_locked(&mut st)
-    }
-
-    /// Stops the timer. Its queued entry stays the carrier (Go 1.23's
-    /// zombie): a `reset` to a time no earlier reuses it; it is dropped
-    /// when it comes up unarmed, or by the heap purge.
-    fn disarm_locked(&self, st: &mut TimerState) -> bool {
-        let active = self.discard_locked(st);
+        let active = self.discard_locked(&st);
+        // The queued entry stays the carrier (Go 1.23's zombie): a `reset`
+        // to a time no earlier reuses it; it is dropped when it comes up
+        // unarmed, or by the heap purge.
         st.armed = false;
         active
     }
@@ -182,7 +180,8 @@ impl TimerCore {
         let mut active = st.armed;
         if let Kind::Chan(c) = &self.kind {
             // After this no stale value can be received: a fire must take
-            // `st` to send, and it will see the new generation. Only a
+            // `st` to send, and it will find the timer stopped or re-armed
+            // for later. Only a
             // fire (holding `st`, which we hold) adds to the buffer, and
             // its count was published by its unlock of `st`: an empty
             // buffer stays empty, so it needs no channel lock (the stop
@@ -196,9 +195,10 @@ impl TimerCore {
     }
 
     /// Re-arms the timer to fire after `d` (a ticker: every `d`), as Go
-    /// 1.23's Reset: stops it first (no value from before is ever
-    /// received), then arms a fresh generation on the current P. Returns
-    /// what `stop` would have.
+    /// 1.23's Reset: discards a value not yet received (no value from
+    /// before is ever received), then re-arms the queued entry if it comes
+    /// up no later than the new time, or queues a new generation on the
+    /// current P. Returns what `stop` would have.
     pub(crate) fn reset(self: &Arc<Self>, d: std::time::Duration, period: Option<i64>) -> bool {
         // An overflowing `d` (Duration::MAX) is a timer at i64::MAX: it
         // never fires but is pending, as in Go.
@@ -217,9 +217,10 @@ impl TimerCore {
             // carries the new arming and re-queues itself at `due` (fire).
             return active;
         }
-        // Relaxed: `gen` and `carrier` are only written under `st`, which
-        // we hold; the old carrier (if any) is stale from here on.
-        let gen = self.gen.fetch_add(1, Ordering::Relaxed) + 1;
+        st.last_gen += 1;
+        let gen = st.last_gen;
+        // Relaxed: `carrier` is only written under `st`, which we hold; the
+        // old carrier (if any) is stale from here on.
         self.carrier.store(gen, Ordering::Relaxed);
         st.carrier_when = when;
         drop(st);
@@ -237,9 +238,17 @@ impl TimerCore {
         active
     }
 
+    /// After the carrier fired for good: unarmed, no entry.
+    fn disarm_fired(&self, st: &mut TimerState) {
+        st.armed = false;
+        // Relaxed: under `st`; see the field's comment.
+        self.carrier.store(NO_ENTRY, Ordering::Relaxed);
+    }
+
     /// Runs the timer's action for the heap entry of generation `gen` that
-    /// was due at `when`; re-arms a ticker on `timers`. On g0 with a P, or
-    /// on a thread without one; never on a user G.
+    /// came due at `now`, if it is the carrier and the timer is due;
+    /// re-queues it on `timers` for a later `due` or a ticker's next tick.
+    /// On g0 with a P, or on a thread without one; never on a user G.
     fn fire(self: &Arc<Self>, gen: u64, now: i64, timers: &Timers) {
         let mut st = self.st.lock();
         // Relaxed: `carrier` is only written under `st`, which we hold.
@@ -288,15 +297,6 @@ impl TimerCore {
                 }
             }
         }
-    }
-}
-
-impl TimerCore {
-    /// After the carrier fired for good: unarmed, no entry.
-    fn disarm_fired(&self, st: &mut TimerState) {
-        st.armed = false;
-        // Relaxed: under `st`; see the field's comment.
-        self.carrier.store(NO_ENTRY, Ordering::Relaxed);
     }
 }
 

@@ -17,7 +17,7 @@
 //! every assertion holds for any interleaving of a correct runtime.
 
 mod common;
-use common::{qemu, run, scale};
+use common::{aggressive_shrink, qemu, run, scale, stack_growth_recursive};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -449,20 +449,6 @@ fn multi_consumer() {
     });
 }
 
-#[inline(never)]
-fn stack_growth_recursive(i: usize) {
-    let pad = std::hint::black_box([0u64; 128]);
-    for x in pad.iter() {
-        if *x != 0 {
-            return;
-        }
-    }
-    if i != 0 {
-        stack_growth_recursive(i - 1);
-    }
-    std::hint::black_box(&pad);
-}
-
 /// TestShrinkStackDuringBlockedSend, goro flavour: the sender uses lots of
 /// stack between sends of large values while the receiver takes its time, so
 /// rendezvous copies out of a parked sender (whose value lives on its own
@@ -875,28 +861,6 @@ fn chan_send_select_barrier() {
 // ---------------------------------------------------------------------------
 // Stack shrinking under parked channel operations (runtime/shrink.rs:
 // sysmon releases the dead part of a parked goroutine's stack).
-
-static SHRINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// The stack shrinker at its stress setting (passes back to back, every
-/// parked goroutine qualifies at once) while held; the defaults (500 ms,
-/// 500 ms) come back on drop. Serialises the tests that use it. The
-/// setting is process-wide: tests of this binary running meanwhile get
-/// their parked stacks shrunk too, which a correct runtime allows.
-struct AggressiveShrink(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
-
-fn aggressive_shrink() -> AggressiveShrink {
-    let g = SHRINK.lock().unwrap_or_else(|e| e.into_inner());
-    goro::__private::set_stack_shrink(Duration::ZERO, Duration::ZERO);
-    AggressiveShrink(g)
-}
-
-impl Drop for AggressiveShrink {
-    fn drop(&mut self) {
-        let d = Duration::from_millis(500);
-        goro::__private::set_stack_shrink(d, d);
-    }
-}
 
 /// Stacks the shrinker has released so far (process-wide, only grows).
 fn shrinks() -> u64 {

@@ -15,7 +15,7 @@
 //! channel whose other end is kept alive but never used.
 
 mod common;
-use common::{run, scale};
+use common::{aggressive_shrink, run, scale, stack_growth_recursive};
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
@@ -1517,40 +1517,6 @@ fn select_prod_cons_with_timers() {
         assert!(myc_rx.is_empty());
         drop(close_tx);
     });
-}
-
-#[inline(never)]
-fn stack_growth_recursive(i: usize) {
-    let pad = std::hint::black_box([0u64; 128]);
-    for x in pad.iter() {
-        if *x != 0 {
-            return;
-        }
-    }
-    if i != 0 {
-        stack_growth_recursive(i - 1);
-    }
-    std::hint::black_box(&pad);
-}
-
-/// The stack shrinker (runtime/shrink.rs) at its stress setting while
-/// held, defaults (500 ms, 500 ms) restored on drop; serialises its users.
-/// Process-wide: other tests of this binary get their parked stacks
-/// shrunk meanwhile too, which a correct runtime allows.
-struct AggressiveShrink(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
-
-fn aggressive_shrink() -> AggressiveShrink {
-    static SHRINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let g = SHRINK.lock().unwrap_or_else(|e| e.into_inner());
-    goro::__private::set_stack_shrink(Duration::ZERO, Duration::ZERO);
-    AggressiveShrink(g)
-}
-
-impl Drop for AggressiveShrink {
-    fn drop(&mut self) {
-        let d = Duration::from_millis(500);
-        goro::__private::set_stack_shrink(d, d);
-    }
 }
 
 /// TestSelectStackAdjust, with goro's shrinker for Go's GC (goro stacks do

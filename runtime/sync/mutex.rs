@@ -81,14 +81,6 @@ fn can_spin(iter: u32) -> bool {
     unsafe { (*pp).runq.is_empty() }
 }
 
-/// Go's procyield(active_spin_cnt).
-#[inline]
-fn do_spin() {
-    for _ in 0..ACTIVE_SPIN_CNT {
-        core::hint::spin_loop();
-    }
-}
-
 /// The lock without data: Go's sync.Mutex. Used by `Mutex<T>`, `RwLock`
 /// (writer exclusion) and `Once`.
 pub(crate) struct RawMutex {
@@ -163,7 +155,7 @@ impl RawMutex {
                 {
                     awoke = true;
                 }
-                do_spin();
+                crate::os::procyield(ACTIVE_SPIN_CNT);
                 iter += 1;
                 old = self.state.load(Ordering::Relaxed);
                 continue;

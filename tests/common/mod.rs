@@ -139,3 +139,40 @@ pub fn self_test_command(name: &str) -> std::process::Command {
     cmd.args([name, "--exact", "--nocapture", "--test-threads=1"]);
     cmd
 }
+
+/// Recurses `i` frames of 1 KiB each (about `i` KiB of stack), touching
+/// every frame: makes a goroutine's stack grow before it parks.
+#[inline(never)]
+pub fn stack_growth_recursive(i: usize) {
+    let pad = std::hint::black_box([0u64; 128]);
+    for x in pad.iter() {
+        if *x != 0 {
+            return;
+        }
+    }
+    if i != 0 {
+        stack_growth_recursive(i - 1);
+    }
+    std::hint::black_box(&pad);
+}
+
+/// The stack shrinker (runtime/shrink.rs) at its stress setting (passes
+/// back to back, every parked goroutine qualifies at once) while held;
+/// the defaults (500 ms, 500 ms) come back on drop. Serialises its users
+/// within a test binary. Process-wide: other tests of the binary get their
+/// parked stacks shrunk meanwhile too, which a correct runtime allows.
+pub struct AggressiveShrink(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
+
+pub fn aggressive_shrink() -> AggressiveShrink {
+    static SHRINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let g = SHRINK.lock().unwrap_or_else(|e| e.into_inner());
+    goro::__private::set_stack_shrink(std::time::Duration::ZERO, std::time::Duration::ZERO);
+    AggressiveShrink(g)
+}
+
+impl Drop for AggressiveShrink {
+    fn drop(&mut self) {
+        let d = std::time::Duration::from_millis(500);
+        goro::__private::set_stack_shrink(d, d);
+    }
+}
