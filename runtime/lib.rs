@@ -192,6 +192,14 @@ pub struct Config {
     /// default): off.
     #[doc(hidden)]
     pub findrunnable_delay_us: u64,
+    /// Test knob, not API: `GODEBUG=goroasynconly=1` has preemption
+    /// requests honoured only asynchronously: the check points at runtime
+    /// entries ignore them, and sysmon signals with the flag, without its
+    /// grace. Async preemption then lands inside goro's inlined runtime
+    /// code as often as anywhere, which is what the migrate-mode soundness
+    /// tests need (tests/preempt.rs).
+    #[doc(hidden)]
+    pub async_preempt_only: bool,
 }
 
 impl Default for Config {
@@ -210,6 +218,7 @@ impl Default for Config {
             dump_on_sigquit: false,
             sysmon_rescue: true,
             findrunnable_delay_us: 0,
+            async_preempt_only: false,
         }
     }
 }
@@ -254,6 +263,7 @@ impl Config {
                     "gorodeadlock" => c.deadlock_detection = val != "0",
                     "gorosysmonrescue" => c.sysmon_rescue = val != "0",
                     "gorofindrunnabledelay" => c.findrunnable_delay_us = val.parse().unwrap_or(0),
+                    "goroasynconly" => c.async_preempt_only = val == "1",
                     // Out-of-range values are ignored like unparsable
                     // ones (Go ignores a bad GOMAXPROCS): an environment
                     // variable must not make every program abort at start.
@@ -789,6 +799,50 @@ pub mod __private {
     /// collection of unobservable timers. Racy snapshot.
     pub fn timers_pending() -> usize {
         (0..crate::max_procs()).map(timers_on_p).sum()
+    }
+
+    /// Sets the calling goroutine's preemption flag, as sysmon's
+    /// preemptone does, without the signal: the goroutine yields at its
+    /// next preemption check (a test asks which calls check). No-op on a
+    /// plain thread. Test hook.
+    pub fn request_preempt() {
+        let gp = crate::m::getg();
+        if !gp.is_null() {
+            // SAFETY: the running G (never freed); `preempt` is atomic.
+            unsafe { (*gp).preempt.store(true, std::sync::atomic::Ordering::Relaxed) };
+        }
+    }
+
+    /// The calling thread's M as an opaque token (0 on a plain thread), for
+    /// [`send_preempt_signal`] and [`preempt_signal_pending`]. Test hook.
+    pub fn current_m() -> usize {
+        crate::m::getm() as usize
+    }
+
+    /// From another thread: sends the M `m` (a [`current_m`] token) the
+    /// SIGURG preemption request sysmon sends, setting the flag of the G it
+    /// runs first if `set_flag` (as sysmon does) or not (a request that G
+    /// has already honoured). Test hook.
+    pub fn send_preempt_signal(m: usize, set_flag: bool) {
+        // SAFETY: a token from current_m: Ms are never freed.
+        let m = unsafe { &*(m as *const crate::m::M) };
+        if set_flag {
+            let gp = m.curg.get_acquire();
+            if !gp.is_null() {
+                // SAFETY: Gs are never freed; `preempt` is atomic.
+                unsafe { (*gp).preempt.store(true, std::sync::atomic::Ordering::Relaxed) };
+            }
+        }
+        crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT);
+    }
+
+    /// Whether the M `m`'s SIGURG handler has yet to take the request
+    /// [`send_preempt_signal`] stored. Test hook.
+    pub fn preempt_signal_pending(m: usize) -> bool {
+        // SAFETY: as in send_preempt_signal.
+        let m = unsafe { &*(m as *const crate::m::M) };
+        // Relaxed: the caller spins until the handler's swap shows.
+        m.preempt_req.load(std::sync::atomic::Ordering::Relaxed) != 0
     }
 }
 

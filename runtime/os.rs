@@ -61,6 +61,23 @@ pub(crate) fn nanotime() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
+/// CPU time (ns) the thread `tid` of this process has used, or None if the
+/// kernel does not say (the thread is gone). One system call: the
+/// per-thread CPU clock that glibc's pthread_getcpuclockid builds
+/// (CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED on the negated id).
+pub(crate) fn thread_cputime(tid: i32) -> Option<i64> {
+    let clock = ((!tid) << 3) | 6;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-pointer; an invalid clock id is an error.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec * 1_000_000_000 + ts.tv_nsec)
+}
+
 /// The calling thread's kernel id. Go's gettid.
 pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid has no preconditions.

@@ -310,10 +310,12 @@ pub(crate) fn unlock_os_thread() {
 /// this G to (Go's stack-check preemption). Cheap; called at runtime entries.
 #[inline]
 pub(crate) fn preempt_check() {
-    // Fast path: a TLS read and two loads (the flag is almost never set).
-    let gp = crate::m::getg();
-    // SAFETY: gp is the running G (Gs are never freed) or null, and
-    // `preempt` is an atomic any thread may read.
+    // Fast path: a TLS read and two loads, inline (the flag is almost
+    // never set). The hint may be another G in migrating mode (getg_hint);
+    // the slow path checks that it is ours.
+    let gp = crate::m::getg_hint();
+    // SAFETY: gp is a G (Gs are never freed) or null, and `preempt` is an
+    // atomic any thread may read.
     if gp.is_null() || !unsafe { (*gp).preempt.load(Ordering::Relaxed) } {
         return;
     }
@@ -322,8 +324,9 @@ pub(crate) fn preempt_check() {
 
 #[cold]
 fn preempt_check_slow(gp: *mut G) {
-    // Only a G that may park yields (not inside a syscall).
-    if parkable_g() != gp {
+    // Only a G that may park yields (not inside a syscall); under the test
+    // knob goroasynconly=1 the signal alone acts on the flag.
+    if parkable_g() != gp || crate::preempt::ASYNC_ONLY.load(Ordering::Relaxed) {
         return;
     }
     // SAFETY: the running G.

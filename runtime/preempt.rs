@@ -107,6 +107,10 @@ pub(crate) const REQ_DETACH: u32 = 2;
 /// Written once at start; Relaxed: read by sysmon and handlers after the
 /// start that published it (thread creation orders it).
 pub(crate) static ASYNC_ENABLED: AtomicBool = AtomicBool::new(false);
+/// Config::async_preempt_only (a test knob): check points ignore the flag
+/// and sysmon signals without grace. Written once at start; Relaxed as
+/// ASYNC_ENABLED.
+pub(crate) static ASYNC_ONLY: AtomicBool = AtomicBool::new(false);
 /// Blocking detection on (Config::detect_blocking); may be turned off by
 /// sysmon when /proc is unreadable.
 pub(crate) static DETECT_ENABLED: AtomicBool = AtomicBool::new(false);
@@ -145,6 +149,7 @@ pub(crate) fn init(cfg: &crate::Config) {
     );
     PINNED_MAX.store(cfg.preempt_pinned_max, Ordering::Relaxed);
     ASYNC_ENABLED.store(cfg.preempt, Ordering::Relaxed);
+    ASYNC_ONLY.store(cfg.async_preempt_only, Ordering::Relaxed);
     DETECT_ENABLED.store(cfg.detect_blocking, Ordering::Relaxed);
     find_text();
 }
@@ -199,6 +204,17 @@ fn pc_is_safe(pc: usize) -> bool {
 /// flag, and SIGURG to its M unless a request is already pending. Any
 /// thread (sysmon, stop-the-world). Returns whether a G was asked.
 pub(crate) fn preemptone(pp: &crate::p::P) -> bool {
+    preempt_request(pp, true)
+}
+
+/// The first half of preemptone: the cooperative flag alone. sysmon asks
+/// this way first and signals only if the G has not yielded a grace
+/// period later (sysmon.rs, `PREEMPT_GRACE_NS`).
+pub(crate) fn preempt_ask(pp: &crate::p::P) -> bool {
+    preempt_request(pp, false)
+}
+
+fn preempt_request(pp: &crate::p::P, signal: bool) -> bool {
     let mp = pp.m.get();
     if mp.is_null() {
         return false;
@@ -214,7 +230,7 @@ pub(crate) fn preemptone(pp: &crate::p::P) -> bool {
     }
     // SAFETY: Gs are never freed.
     unsafe { (*gp).preempt.store(true, Ordering::Relaxed) };
-    if ASYNC_ENABLED.load(Ordering::Relaxed) {
+    if signal && ASYNC_ENABLED.load(Ordering::Relaxed) {
         signal_m(m, REQ_PREEMPT);
     }
     true
@@ -306,6 +322,21 @@ pub(crate) unsafe fn on_signal(
     };
     if !eligible || !pc_is_safe(pc) {
         refuse();
+        return;
+    }
+    // Go's wantAsyncPreempt: the request is for a G whose `preempt` flag is
+    // still set. sysmon sets the flag and sends the signal together; a G
+    // that reaches a runtime entry first (a channel operation, a Cond
+    // notify, a mutex release) yields there and clears it, and the signal
+    // then finds that G, or the next one, running with the flag clear.
+    // Stopping it would preempt a G that nobody asked to stop, at an
+    // arbitrary instruction, possibly while it holds a lock of its own
+    // (measured: a Cond queue at GOMAXPROCS=1 ran 1.7x slower with lock
+    // holders stopped this way). Not refused: nothing is left to retry; if
+    // the P still runs too long, sysmon asks again at its next tick.
+    // Relaxed: sysmon's store happens before its signal_m CAS, which our
+    // swap of preempt_req acquired; a clear by this thread is program order.
+    if status == GStatus::Running && !detached && !g.preempt.load(Ordering::Relaxed) {
         return;
     }
     // Migrate mode pins too while the G unwinds a panic: std's panic

@@ -61,7 +61,83 @@ struct PTick {
     /// wait, up to PROBE_BACKOFF_MAX; finding it blocked, or no probe for
     /// PROBE_BACKOFF_RESET_NS, resets it.
     probe_backoff: u8,
+    /// When sysmon set the flag of this P's G without a signal in the
+    /// current slice (ns; 0: not yet). See PREEMPT_GRACE_NS.
+    asked: i64,
+    /// The M asked, and its thread's CPU time then (-1: unknown).
+    asked_m: usize,
+    asked_cpu: i64,
+    /// Next look at a pending request (ns), doubling its distance.
+    asked_next: i64,
 }
+
+impl PTick {
+    /// Asks the G running on `p` to yield, its slice being over: the flag
+    /// at the first look, SIGURG once its thread has had PREEMPT_GRACE_NS
+    /// of CPU time since (or a whole slice of wall time) without yielding.
+    /// Returns when to look again (ns).
+    fn request_preempt(&mut self, p: &crate::p::P, now: i64) -> i64 {
+        let slice = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
+        let grace = PREEMPT_GRACE_NS.min(slice / 4);
+        let mp = p.m.get();
+        if crate::preempt::ASYNC_ONLY.load(Ordering::Relaxed) {
+            crate::preempt::preemptone(p);
+            return now + grace;
+        }
+        if self.asked == 0 || self.asked_m != mp as usize {
+            crate::preempt::preempt_ask(p);
+            self.asked = now;
+            self.asked_m = mp as usize;
+            self.asked_cpu = thread_cputime(mp);
+            self.asked_next = now + grace;
+        } else if now >= self.asked_next {
+            let cpu = thread_cputime(mp);
+            let ran = if cpu >= 0 && self.asked_cpu >= 0 {
+                cpu - self.asked_cpu
+            } else {
+                now - self.asked
+            };
+            if ran >= grace || now - self.asked >= slice {
+                crate::preempt::preemptone(p);
+                self.asked_next = now + grace;
+            } else {
+                // Off its CPU: look again after as long again (a few
+                // looks per millisecond at most).
+                self.asked_next = now + (now - self.asked).max(grace);
+            }
+        }
+        self.asked_next
+    }
+}
+
+/// CPU time (ns) used by `mp`'s thread, or -1 if unknown (no M, or the
+/// kernel did not say).
+fn thread_cputime(mp: *mut crate::m::M) -> i64 {
+    if mp.is_null() {
+        return -1;
+    }
+    // SAFETY: Ms are never freed; procid is atomic.
+    let tid = unsafe { (*mp).procid.load(Ordering::Relaxed) };
+    crate::os::thread_cputime(tid).unwrap_or(-1)
+}
+
+/// CPU time (ns) that a G asked to yield (its flag set) gets to reach a
+/// check point before sysmon sends SIGURG: 50 µs, or a quarter of a
+/// shorter time slice. Go signals at once: its flag is checked at every
+/// function prologue and nearly always wins. goro's check points are its
+/// runtime entries (channel, select, spawn, goro::sync calls), rarer in
+/// user code, and a signal stops the G at an arbitrary instruction, often
+/// inside a critical section of its own, whereupon the goroutines behind
+/// it queue on that lock. The grace is counted in the G's thread's CPU
+/// time (one clock_gettime per look): on a machine whose CPUs are all
+/// busy the thread may be off its CPU for milliseconds, and a signal sent
+/// meanwhile is delivered the moment it resumes, before it can reach a
+/// check (measured: a lock loop at GOMAXPROCS=1 beside two CPU hogs took
+/// 55% of its preemptions asynchronously with the signal sent at once,
+/// 33% with 50 µs or 1 ms of wall-clock grace, 0 with this). A loop with
+/// no check point runs up to 50 µs of CPU longer; a thread that gets no
+/// CPU for a whole time slice after the request is signalled anyway.
+const PREEMPT_GRACE_NS: i64 = 50_000;
 
 /// Rounds without a P hand-off after which sysmon's sleep starts doubling
 /// from 20 µs (Go's sysmon: 50).
@@ -415,6 +491,7 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
             if t.schedtick != tick {
                 t.schedtick = tick;
                 t.schedwhen = now;
+                t.asked = 0;
             } else {
                 let ran = now - t.schedwhen;
                 let slice_over = ran >= FORCE_PREEMPT_NS.load(Ordering::Relaxed);
@@ -444,7 +521,10 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
                     if detached {
                         n += 1;
                     } else if slice_over {
-                        crate::preempt::preemptone(p);
+                        let next = t.request_preempt(p, now);
+                        if deadline == 0 || next < deadline {
+                            deadline = next;
+                        }
                         preempted += 1;
                     } else {
                         let due = t.schedwhen + FORCE_PREEMPT_NS.load(Ordering::Relaxed);

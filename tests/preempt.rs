@@ -376,6 +376,106 @@ fn asyncpreemptoff() {
 }
 
 // ---------------------------------------------------------------------------
+// Where a preemption lands: at goro::sync calls, not inside critical sections.
+
+/// Go checks its preemption flag at every function prologue, so a
+/// goroutine that sysmon asks to yield almost always stops at its next
+/// call, before the signal sent with the request arrives. goro's check
+/// points are its runtime entries; each goro::sync call below that may
+/// park anyway is one, so that a loop over lock, compute, unlock (or a
+/// Cond queue) yields at a lock, not asynchronously at an arbitrary
+/// instruction inside its critical section. Calls that never park
+/// (`Cond::notify_*`, `Semaphore::release`, `try_*`) stay no switch points.
+/// Before: none of these checked; a Cond queue at
+/// GOMAXPROCS = 1 took every one of its preemptions asynchronously (72 of
+/// 72), mostly inside the critical section, and ran 1.7x slower than
+/// without preemption (the woken waiters' WOKEN bit then sent every
+/// lock and unlock down the slow path until the next preemption).
+#[test]
+fn sync_calls_are_preemption_points() {
+    child("sync_calls_are_preemption_points", &[ONE_P], || {
+        goro::run(|| {
+            use goro::sync::{Mutex, RwLock, Semaphore};
+            let m = Mutex::new(0u64);
+            let rw = RwLock::new(0u64);
+            let sem = Semaphore::new(1);
+            let ops: Vec<(&str, Box<dyn Fn() + '_>)> = vec![
+                ("Mutex::lock", Box::new(|| *m.lock() += 1)),
+                ("RwLock::read", Box::new(|| {
+                    std::hint::black_box(*rw.read());
+                })),
+                ("RwLock::write", Box::new(|| *rw.write() += 1)),
+                ("Semaphore::acquire", Box::new(|| {
+                    sem.acquire();
+                    sem.release();
+                })),
+            ];
+            let mut missing = Vec::new();
+            for (name, op) in ops {
+                let before = goro::stats().preemptions;
+                goro::__private::request_preempt();
+                op();
+                if goro::stats().preemptions == before {
+                    missing.push(name);
+                    // Leave no request behind for the next op.
+                    goro::yield_now();
+                }
+            }
+            assert!(missing.is_empty(), "not preemption points: {missing:?}");
+        })
+    });
+}
+
+/// Go's wantAsyncPreempt: the SIGURG handler preempts only a G whose flag
+/// is still set. sysmon sets the flag and signals together; a G that
+/// yields at a check point first clears it, and the signal then finds the
+/// next G running with its flag clear. Stopping that one would preempt a
+/// G nobody asked to stop, at an arbitrary instruction (possibly holding
+/// a lock). A request with the flag set is the control: it must preempt.
+#[test]
+fn stale_preemption_signal_is_ignored() {
+    child("stale_preemption_signal_is_ignored", &[ONE_P], || {
+        goro::run(|| {
+            let m = goro::__private::current_m();
+            for (set_flag, want) in [(true, 1), (false, 0), (true, 1)] {
+                // A signal that lands outside the executable's code (in
+                // libc or the vDSO) is refused, not ignored: try again.
+                let mut tries = 0;
+                let got = loop {
+                    let before = goro::stats();
+                    let spinning = Arc::new(AtomicBool::new(false));
+                    let sender = {
+                        let spinning = spinning.clone();
+                        std::thread::spawn(move || {
+                            while !spinning.load(SeqCst) {
+                                std::hint::spin_loop();
+                            }
+                            goro::__private::send_preempt_signal(m, set_flag)
+                        })
+                    };
+                    // Compute, with no call out of this binary, until the
+                    // handler (on this thread) has taken the request.
+                    spinning.store(true, SeqCst);
+                    let mut spins = 0u64;
+                    while !sender.is_finished() || goro::__private::preempt_signal_pending(m) {
+                        std::hint::spin_loop();
+                        spins += 1;
+                        assert!(spins < 1 << 40, "signal never handled");
+                    }
+                    sender.join().unwrap();
+                    let after = goro::stats();
+                    tries += 1;
+                    if after.preempt_refused == before.preempt_refused || tries == 20 {
+                        break after.preemptions_async - before.preemptions_async;
+                    }
+                };
+                assert_eq!(got, want, "flag set: {set_flag} ({tries} tries)");
+            }
+        })
+    });
+}
+
+// ---------------------------------------------------------------------------
 // Register state across preemptions.
 
 /// Floating-point and integer SIMD work whose every intermediate lives in
@@ -1572,7 +1672,7 @@ fn migrating_preemption_inside_the_runtime_is_sound() {
         "migrating_preemption_inside_the_runtime_is_sound",
         &[
             ("GOMAXPROCS", "2"),
-            ("GODEBUG", "goropreempt=migrate,gorotimeslice=100"),
+            ("GODEBUG", "goropreempt=migrate,gorotimeslice=100,goroasynconly=1"),
         ],
         || {
             goro::run(|| {

@@ -102,6 +102,7 @@ impl RawMutex {
     /// mutex is ours.
     #[inline]
     pub(crate) fn lock(&self) {
+        crate::park::preempt_check();
         // Fast path: grab an unlocked mutex. Acquire: pairs with the Release
         // of the previous unlock, so its critical section happens before ours.
         if self

@@ -88,6 +88,7 @@ impl<T: ?Sized> RwLock<T> {
     /// blocks the thread) until that writer is done.
     #[inline]
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
+        crate::park::preempt_check();
         // Acquire: pairs with the Release of the last writer's unlock.
         if self.reader_count.fetch_add(1, Ordering::Acquire) + 1 < 0 {
             // A writer is pending: wait for it. Its unlock releases us.

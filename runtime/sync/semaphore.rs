@@ -43,6 +43,7 @@ impl Semaphore {
     /// Takes a permit, parking the goroutine (blocking the thread) until
     /// one is available.
     pub fn acquire(&self) {
+        crate::park::preempt_check();
         semacquire(&self.count, false, WaitReason::Semacquire);
     }
 
