@@ -809,7 +809,11 @@ pub mod __private {
         let gp = crate::m::getg();
         if !gp.is_null() {
             // SAFETY: the running G (never freed); `preempt` is atomic.
-            unsafe { (*gp).preempt.store(true, std::sync::atomic::Ordering::Relaxed) };
+            unsafe {
+                (*gp)
+                    .preempt
+                    .store(true, std::sync::atomic::Ordering::Relaxed)
+            };
         }
     }
 
@@ -830,7 +834,11 @@ pub mod __private {
             let gp = m.curg.get_acquire();
             if !gp.is_null() {
                 // SAFETY: Gs are never freed; `preempt` is atomic.
-                unsafe { (*gp).preempt.store(true, std::sync::atomic::Ordering::Relaxed) };
+                unsafe {
+                    (*gp)
+                        .preempt
+                        .store(true, std::sync::atomic::Ordering::Relaxed)
+                };
             }
         }
         crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT);

@@ -399,16 +399,23 @@ fn sync_calls_are_preemption_points() {
             let m = Mutex::new(0u64);
             let rw = RwLock::new(0u64);
             let sem = Semaphore::new(1);
-            let ops: Vec<(&str, Box<dyn Fn() + '_>)> = vec![
+            type Op<'a> = Box<dyn Fn() + 'a>;
+            let ops: Vec<(&str, Op)> = vec![
                 ("Mutex::lock", Box::new(|| *m.lock() += 1)),
-                ("RwLock::read", Box::new(|| {
-                    std::hint::black_box(*rw.read());
-                })),
+                (
+                    "RwLock::read",
+                    Box::new(|| {
+                        std::hint::black_box(*rw.read());
+                    }),
+                ),
                 ("RwLock::write", Box::new(|| *rw.write() += 1)),
-                ("Semaphore::acquire", Box::new(|| {
-                    sem.acquire();
-                    sem.release();
-                })),
+                (
+                    "Semaphore::acquire",
+                    Box::new(|| {
+                        sem.acquire();
+                        sem.release();
+                    }),
+                ),
             ];
             let mut missing = Vec::new();
             for (name, op) in ops {
@@ -1672,7 +1679,10 @@ fn migrating_preemption_inside_the_runtime_is_sound() {
         "migrating_preemption_inside_the_runtime_is_sound",
         &[
             ("GOMAXPROCS", "2"),
-            ("GODEBUG", "goropreempt=migrate,gorotimeslice=100,goroasynconly=1"),
+            (
+                "GODEBUG",
+                "goropreempt=migrate,gorotimeslice=100,goroasynconly=1",
+            ),
         ],
         || {
             goro::run(|| {
