@@ -399,6 +399,9 @@ fn sync_calls_are_preemption_points() {
             let m = Mutex::new(0u64);
             let rw = RwLock::new(0u64);
             let sem = Semaphore::new(1);
+            // A std writer (not a check point) and a goro reader.
+            let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+            let b = goro::net::UnixStream::from(std::os::fd::OwnedFd::from(b));
             type Op<'a> = Box<dyn Fn() + 'a>;
             let ops: Vec<(&str, Op)> = vec![
                 ("Mutex::lock", Box::new(|| *m.lock() += 1)),
@@ -416,6 +419,15 @@ fn sync_calls_are_preemption_points() {
                         sem.release();
                     }),
                 ),
+                ("goro::net read", {
+                    use std::io::{Read, Write};
+                    (&a).write_all(b"x").unwrap();
+                    Box::new(move || {
+                        let mut byte = [0u8];
+                        (&b).read_exact(&mut byte).unwrap();
+                        (&a).write_all(b"x").unwrap();
+                    })
+                }),
             ];
             let mut missing = Vec::new();
             for (name, op) in ops {

@@ -199,6 +199,9 @@ impl NetFd {
         skipped_at: Option<u32>,
         mut op: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
+        // A check point, as at a channel operation: a goroutine pumping a
+        // socket whose data is always ready never parks.
+        crate::park::preempt_check();
         if self.pd.is_closing() {
             return Err(closed());
         }
