@@ -368,7 +368,7 @@ pub(crate) fn getg() -> *mut G {
 /// In migrating mode a preemption between the loads may make this another
 /// M's current G (or null), so use it only to read a flag that the caller
 /// re-checks on a path that uses [`getg`] (as `preempt_check` does).
-/// Saves the call of [`getg`] where that matters: on every mutex release.
+/// Saves the call of [`getg`] where that matters: on every lock.
 #[inline(always)]
 pub(crate) fn getg_hint() -> *mut G {
     #[cfg(target_arch = "x86_64")]

@@ -214,6 +214,20 @@ pub(crate) fn preempt_ask(pp: &crate::p::P) -> bool {
     preempt_request(pp, false)
 }
 
+/// Whether the G running on `pp` has its preemption flag set (asked and
+/// not yet yielded). Any thread; a racy snapshot.
+pub(crate) fn preempt_pending(pp: &crate::p::P) -> bool {
+    let mp = pp.m.get();
+    if mp.is_null() {
+        return false;
+    }
+    // SAFETY: Ms and Gs are never freed; curg's Acquire as in
+    // preempt_request.
+    let gp = unsafe { (*mp).curg.get_acquire() };
+    // SAFETY: as above.
+    !gp.is_null() && unsafe { (*gp).preempt.load(Ordering::Relaxed) }
+}
+
 fn preempt_request(pp: &crate::p::P, signal: bool) -> bool {
     let mp = pp.m.get();
     if mp.is_null() {
@@ -325,10 +339,9 @@ pub(crate) unsafe fn on_signal(
         return;
     }
     // Go's wantAsyncPreempt: the request is for a G whose `preempt` flag is
-    // still set. sysmon sets the flag and sends the signal together; a G
-    // that reaches a runtime entry first (a channel operation, a Cond
-    // notify, a mutex release) yields there and clears it, and the signal
-    // then finds that G, or the next one, running with the flag clear.
+    // still set. A G that reached a check point (a channel operation, a
+    // lock) after sysmon set the flag yielded there and cleared it, and
+    // the signal then finds the next G running with the flag clear.
     // Stopping it would preempt a G that nobody asked to stop, at an
     // arbitrary instruction, possibly while it holds a lock of its own
     // (measured: a Cond queue at GOMAXPROCS=1 ran 1.7x slower with lock

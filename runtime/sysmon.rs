@@ -61,11 +61,13 @@ struct PTick {
     /// wait, up to PROBE_BACKOFF_MAX; finding it blocked, or no probe for
     /// PROBE_BACKOFF_RESET_NS, resets it.
     probe_backoff: u8,
-    /// When sysmon set the flag of this P's G without a signal in the
-    /// current slice (ns; 0: not yet). See PREEMPT_GRACE_NS.
+    /// When sysmon first set the flag of this P's G (without a signal) in
+    /// the current slice (ns; 0: not yet). See PREEMPT_GRACE_NS.
     asked: i64,
-    /// The M asked, and its thread's CPU time then (-1: unknown).
+    /// The M last asked, when, and its thread's CPU time then (-1:
+    /// unknown).
     asked_m: usize,
+    asked_last: i64,
     asked_cpu: i64,
     /// Next look at a pending request (ns), doubling its distance.
     asked_next: i64,
@@ -84,27 +86,45 @@ impl PTick {
             crate::preempt::preemptone(p);
             return now + grace;
         }
-        if self.asked == 0 || self.asked_m != mp as usize {
-            crate::preempt::preempt_ask(p);
+        let first = self.asked == 0;
+        if first {
             self.asked = now;
+        }
+        if now < self.asked_next && !first {
+            return self.asked_next;
+        }
+        // A whole slice since the first request: the signal, whatever else
+        // (Gs that hand the P on through runnext, each parking before it
+        // reaches a check point, would otherwise keep it forever).
+        let overdue = now - self.asked >= slice;
+        if !overdue
+            && (first || self.asked_m != mp as usize || !crate::preempt::preempt_pending(p))
+        {
+            // A first request, another M, or a G without the flag (the G
+            // asked before yielded or parked, and a G from runnext
+            // inherited the slice): ask the one running now, anew.
+            crate::preempt::preempt_ask(p);
             self.asked_m = mp as usize;
+            self.asked_last = now;
             self.asked_cpu = thread_cputime(mp);
             self.asked_next = now + grace;
-        } else if now >= self.asked_next {
-            let cpu = thread_cputime(mp);
-            let ran = if cpu >= 0 && self.asked_cpu >= 0 {
-                cpu - self.asked_cpu
-            } else {
-                now - self.asked
-            };
-            if ran >= grace || now - self.asked >= slice {
-                crate::preempt::preemptone(p);
-                self.asked_next = now + grace;
-            } else {
-                // Off its CPU: look again after as long again (a few
-                // looks per millisecond at most).
-                self.asked_next = now + (now - self.asked).max(grace);
-            }
+            return self.asked_next;
+        }
+        let cpu = thread_cputime(mp);
+        let ran = if cpu >= 0 && self.asked_cpu >= 0 {
+            cpu - self.asked_cpu
+        } else {
+            now - self.asked_last
+        };
+        if ran >= grace || overdue {
+            crate::preempt::preemptone(p);
+            self.asked_next = now + grace;
+        } else {
+            // Off its CPU: look again after as long again (a few looks per
+            // millisecond at most), and at the overdue time at the latest.
+            self.asked_next = (now + (now - self.asked_last).max(grace))
+                .min(self.asked + slice)
+                .max(now + 1);
         }
         self.asked_next
     }
