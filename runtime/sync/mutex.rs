@@ -343,6 +343,12 @@ impl<T: ?Sized> Mutex<T> {
     /// else spins briefly when that can pay off, then parks the calling
     /// goroutine (or blocks the calling OS thread) until it is its turn.
     /// The lock is released when the guard is dropped.
+    ///
+    /// A preemption point, even when the mutex is free: a goroutine that
+    /// sysmon asked to yield (it ran a whole time slice while others
+    /// wait) yields here, before taking the lock, rather than being
+    /// stopped by a signal inside its critical section
+    /// (docs/PREEMPTION.md). It may then resume on another thread.
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_, T> {
         self.raw.lock();

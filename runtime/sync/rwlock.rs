@@ -85,7 +85,8 @@ impl<T> RwLock<T> {
 impl<T: ?Sized> RwLock<T> {
     /// Takes a shared read lock (Go's RWMutex.RLock): returns at once unless
     /// a writer holds or waits for the lock; then parks the goroutine (or
-    /// blocks the thread) until that writer is done.
+    /// blocks the thread) until that writer is done. A preemption point,
+    /// as [`Mutex::lock`](crate::sync::Mutex::lock).
     #[inline]
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
         crate::park::preempt_check();
@@ -153,7 +154,8 @@ impl<T: ?Sized> RwLock<T> {
 
     /// Takes the exclusive write lock (Go's RWMutex.Lock): waits for other
     /// writers, then blocks new readers and waits for the current ones to
-    /// leave. Parks the goroutine (or blocks the thread) while waiting.
+    /// leave. Parks the goroutine (or blocks the thread) while waiting. A
+    /// preemption point, as [`Mutex::lock`](crate::sync::Mutex::lock).
     pub fn write(&self) -> RwLockWriteGuard<'_, T> {
         // First, resolve competition with other writers.
         self.w.lock();

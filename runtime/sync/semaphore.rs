@@ -41,7 +41,8 @@ impl Semaphore {
     }
 
     /// Takes a permit, parking the goroutine (blocking the thread) until
-    /// one is available.
+    /// one is available. A preemption point, as
+    /// [`Mutex::lock`](crate::sync::Mutex::lock).
     pub fn acquire(&self) {
         crate::park::preempt_check();
         semacquire(&self.count, false, WaitReason::Semacquire);
