@@ -112,11 +112,44 @@ fn selparkcommit(gp: *mut G, arg: *mut u8) -> bool {
     true
 }
 
+/// A one-case select: the channel operation itself, as Go's compiler
+/// emits for one (chansend1/chanrecv1, or with a default
+/// selectnbsend/selectnbrecv). Without a default this only saves work;
+/// with one it keeps the lock-free early exits of a non-blocking send on a
+/// full channel and receive on an empty one. A publisher offering each
+/// message to 200 subscribers with `select! { send(tx, m) -> _ => {},
+/// default => {} }` at GOMAXPROCS=2 spent most of its time taking (and
+/// sleeping on) the subscribers' channel locks: 4.5x Go's time, against
+/// 0.7x with try_send (docs/BENCHMARKS.md, session 23). Inline, so that
+/// `select!` costs what `try_send` does.
+#[inline]
+fn select_one(cs: &Scase, block: bool) -> Selected {
+    let c = cs.chan();
+    // SAFETY: elem is this case's typed slot (initialised for a send,
+    // writable for a receive), as in selectgo's pass 1; Hchan::send leaves
+    // the value in place unless it reports Done.
+    let r = unsafe {
+        if cs.is_send {
+            c.send(cs.elem, block)
+        } else {
+            c.recv(cs.elem, block)
+        }
+    };
+    match r {
+        Try::Done => Selected::Case(0, true),
+        Try::Closed => Selected::Case(0, false),
+        Try::WouldBlock => Selected::Default,
+    }
+}
+
 /// Go's selectgo. Blocks (parking the G or the thread) unless `!block`;
 /// with a `deadline` (monotonic ns) gives up at that time.
 pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Selected {
-    park::preempt_check();
     let n = cases.len();
+    if n == 1 && deadline.is_none() {
+        return select_one(&cases[0], block);
+    }
+    park::preempt_check();
     // Poll order: a uniform random permutation (Fisher–Yates).
     let mut order_buf = [0usize; 32];
     let mut order_vec = Vec::new();
@@ -387,8 +420,14 @@ impl<T> Drop for SendSlot<'_, T> {
 
 /// Runs a select over prepared cases: `Some(i, ok)` or None for default.
 #[doc(hidden)]
+#[inline]
 pub fn __select(cases: &mut [Scase], has_default: bool) -> (usize, bool) {
-    match selectgo(cases, !has_default, None) {
+    let sel = if cases.len() == 1 {
+        select_one(&cases[0], !has_default)
+    } else {
+        selectgo(cases, !has_default, None)
+    };
+    match sel {
         Selected::Case(i, ok) => (i, ok),
         _ => (usize::MAX, false),
     }

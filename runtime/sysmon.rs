@@ -97,8 +97,7 @@ impl PTick {
         // (Gs that hand the P on through runnext, each parking before it
         // reaches a check point, would otherwise keep it forever).
         let overdue = now - self.asked >= slice;
-        if !overdue
-            && (first || self.asked_m != mp as usize || !crate::preempt::preempt_pending(p))
+        if !overdue && (first || self.asked_m != mp as usize || !crate::preempt::preempt_pending(p))
         {
             // A first request, another M, or a G without the flag (the G
             // asked before yielded or parked, and a G from runnext

@@ -448,6 +448,63 @@ fn select_default() {
     });
 }
 
+/// A one-case select is the channel operation itself (Go's compiler emits
+/// chansend1/chanrecv1, or selectnbsend/selectnbrecv with a default; goro's
+/// selectgo does the same at run time): every outcome of both directions,
+/// with and without a default, from a goroutine and from a plain thread,
+/// and the value of a failed send handed back.
+#[test]
+fn one_case_select_is_the_channel_operation() {
+    let _w = common::watchdog();
+    fn check() {
+        // Non-blocking send: room, full, closed.
+        let (tx, rx) = chan::<String>(1);
+        let r = goro::select! { send(tx, "a".to_string()) -> r => r.is_ok(), default => false };
+        assert!(r, "send with room took default");
+        let r = goro::select! { send(tx, "b".to_string()) -> _r => "sent", default => "default" };
+        assert_eq!(r, "default", "send on a full channel");
+        // Non-blocking receive: ready, empty.
+        let r = goro::select! { recv(rx) -> v => v, default => Err(RecvError) };
+        assert_eq!(r.as_deref(), Ok("a"));
+        let r = goro::select! { recv(rx) -> _v => "recv", default => "default" };
+        assert_eq!(r, "default", "receive on an empty channel");
+        tx.close();
+        let r = goro::select! { send(tx, "c".to_string()) -> r => r, default => Ok(()) };
+        assert_eq!(
+            r,
+            Err(SendError("c".to_string())),
+            "send on closed: value back"
+        );
+        let r = goro::select! { recv(rx) -> v => v, default => Ok(String::new()) };
+        assert_eq!(r, Err(RecvError), "receive on closed and drained");
+        // Blocking, no default: completes once a peer acts.
+        let (tx, rx) = chan::<u64>(0);
+        let (tx2, rx2) = chan::<u64>(0);
+        let peer = std::thread::spawn(move || {
+            assert_eq!(rx.recv(), Ok(7));
+            tx2.send(8).unwrap();
+        });
+        let r = goro::select! { send(tx, 7) -> r => r };
+        assert_eq!(r, Ok(()));
+        let v = goro::select! { recv(rx2) -> v => v };
+        assert_eq!(v, Ok(8));
+        peer.join().unwrap();
+        // Blocking, woken by close.
+        let (tx, rx) = chan::<u64>(0);
+        let closer = std::thread::spawn(move || {
+            // Not an ordering: either way the receive ends in Err. The
+            // pause only makes the parked case the likely one.
+            std::thread::sleep(Duration::from_millis(5));
+            tx.close();
+        });
+        let v = goro::select! { recv(rx) -> v => v };
+        assert_eq!(v, Err(RecvError));
+        closer.join().unwrap();
+    }
+    run(check);
+    check();
+}
+
 /// `select!` is an expression; arms may be plain expressions or blocks, may
 /// `break` out of an enclosing loop, `return` from the enclosing function and
 /// use `?`.
