@@ -71,6 +71,9 @@ struct PTick {
     asked_cpu: i64,
     /// Next look at a pending request (ns), doubling its distance.
     asked_next: i64,
+    /// Signals sent for the current request (each doubles the wait before
+    /// the next, from the grace up to 1 ms).
+    signalled: u32,
 }
 
 impl PTick {
@@ -104,6 +107,7 @@ impl PTick {
             // inherited the slice): ask the one running now, anew.
             crate::preempt::preempt_ask(p);
             self.asked_m = mp as usize;
+            self.signalled = 0;
             self.asked_last = now;
             self.asked_cpu = thread_cputime(mp);
             self.asked_next = now + grace;
@@ -117,7 +121,13 @@ impl PTick {
         };
         if ran >= grace || overdue {
             crate::preempt::preemptone(p);
-            self.asked_next = now + grace;
+            // A signal the handler refused (the pc in libc or the vDSO, a
+            // runtime critical section, the pinned limit) is sent again
+            // after 50 µs, 100 µs, ... then every millisecond, as sysmon's
+            // attentive tick did before the grace: re-sending every 50 µs
+            // cost sysmon a fifth of a CPU beside a loop inside libc.
+            self.asked_next = now + (grace << self.signalled.min(5)).clamp(grace, 1_000_000);
+            self.signalled += 1;
         } else {
             // Off its CPU: look again after as long again (a few looks per
             // millisecond at most), and at the overdue time at the latest.
