@@ -453,6 +453,78 @@ pub fn __select_timeout(cases: &mut [Scase], timeout: std::time::Duration) -> (u
     }
 }
 
+/// Receives from whichever of `rxs` is ready first: a `select!` whose
+/// receive cases are only known at run time (Go's `reflect.Select` with
+/// `SelectRecv` cases; the usual fan-in over a slice of channels).
+/// Returns the index (in iteration order) of the channel chosen and what
+/// its receive gave: `Err(RecvError)` if that channel is closed and
+/// drained. Ready channels are chosen uniformly at random (Go's selectgo).
+///
+/// Blocking: parks the goroutine (blocks a plain thread) until one is
+/// ready; with no channels at all it blocks forever, as Go's `select {}`
+/// (deadlock detection reports it if nothing else can run). Allocates two
+/// small vectors per call (one slot per channel).
+///
+/// ```
+/// let rxs: Vec<goro::Receiver<u32>> = (0..3)
+///     .map(|i| {
+///         let (tx, rx) = goro::chan(1);
+///         if i == 2 {
+///             tx.send(7).unwrap();
+///         }
+///         rx
+///     })
+///     .collect();
+/// assert_eq!(goro::select_recv(&rxs), (2, Ok(7)));
+/// ```
+pub fn select_recv<'a, T: 'a>(
+    rxs: impl IntoIterator<Item = &'a Receiver<T>>,
+) -> (usize, Result<T, RecvError>) {
+    match select_recv_dyn(rxs, true, None) {
+        Some(r) => r,
+        None => __select_none(),
+    }
+}
+
+/// [`select_recv`] with Go's `default`: `None` if no channel is ready now.
+/// Never blocks.
+pub fn try_select_recv<'a, T: 'a>(
+    rxs: impl IntoIterator<Item = &'a Receiver<T>>,
+) -> Option<(usize, Result<T, RecvError>)> {
+    select_recv_dyn(rxs, false, None)
+}
+
+/// [`select_recv`] that gives up after `timeout` (ns precision; a
+/// `Duration` too large to represent waits forever): `None` if no channel
+/// became ready in time.
+pub fn select_recv_timeout<'a, T: 'a>(
+    rxs: impl IntoIterator<Item = &'a Receiver<T>>,
+    timeout: std::time::Duration,
+) -> Option<(usize, Result<T, RecvError>)> {
+    select_recv_dyn(rxs, true, crate::time::deadline_after(timeout))
+}
+
+fn select_recv_dyn<'a, T: 'a>(
+    rxs: impl IntoIterator<Item = &'a Receiver<T>>,
+    block: bool,
+    deadline: Option<i64>,
+) -> Option<(usize, Result<T, RecvError>)> {
+    let mut slots: Vec<RecvSlot<'a, T>> = rxs.into_iter().map(RecvSlot::new).collect();
+    // The cases point into `slots`, which is not resized from here on.
+    let mut cases: Vec<Scase> = slots.iter_mut().map(|s| s.case()).collect();
+    let sel = if cases.len() == 1 && deadline.is_none() {
+        select_one(&cases[0], block)
+    } else {
+        selectgo(&mut cases, block, deadline)
+    };
+    match sel {
+        // SAFETY: case i is the one selectgo chose, with its `ok`; finished
+        // once.
+        Selected::Case(i, ok) => Some((i, unsafe { slots[i].finish(ok) })),
+        Selected::Default | Selected::Timeout => None,
+    }
+}
+
 /// Waits on several channel operations at once; Go's `select`.
 ///
 /// ```

@@ -1640,3 +1640,109 @@ fn select_stack_adjust() {
         );
     });
 }
+
+/// `select_recv`: a fan-in over a run-time number of channels (Go's
+/// reflect.Select). 100 producers send 200 numbered values each and close;
+/// the consumer drops each channel as it reports closed. Every value
+/// arrives exactly once, each channel's in order.
+#[test]
+fn select_recv_fans_in_a_runtime_list() {
+    let _w = common::watchdog();
+    run(|| {
+        const N: usize = 100;
+        const PER: u64 = 200;
+        let mut rxs = Vec::new();
+        let mut ids = Vec::new();
+        for p in 0..N {
+            let (tx, rx) = chan::<u64>(p % 3);
+            goro::spawn(move || {
+                for k in 0..PER {
+                    tx.send(k).unwrap();
+                }
+            });
+            rxs.push(rx);
+            ids.push(p);
+        }
+        let mut next = vec![0u64; N];
+        let mut total = 0;
+        while !rxs.is_empty() {
+            let (i, r) = goro::select_recv(&rxs);
+            match r {
+                Ok(k) => {
+                    assert_eq!(k, next[ids[i]], "producer {} out of order", ids[i]);
+                    next[ids[i]] += 1;
+                    total += 1;
+                }
+                Err(RecvError) => {
+                    rxs.swap_remove(i);
+                    ids.swap_remove(i);
+                }
+            }
+        }
+        assert_eq!(total, N as u64 * PER);
+        assert!(next.iter().all(|&n| n == PER));
+    });
+}
+
+/// `select_recv` chooses uniformly among ready channels, as `select!`.
+#[test]
+fn select_recv_fairness() {
+    let _w = common::watchdog();
+    run(|| {
+        let (tx0, rx0) = chan::<usize>(1);
+        let (tx1, rx1) = chan::<usize>(1);
+        let (_idle_tx, idle) = chan::<usize>(0);
+        let rxs = [&idle, &rx0, &idle, &rx1];
+        let mut counts = [0usize; 2];
+        tx0.send(0).unwrap();
+        tx1.send(1).unwrap();
+        for _ in 0..10_000 {
+            let (i, v) = goro::select_recv(rxs);
+            let v = v.unwrap();
+            assert_eq!(i, [1, 3][v]);
+            counts[v] += 1;
+            [&tx0, &tx1][v].send(v).unwrap();
+        }
+        assert_uniformish(&counts, "select_recv");
+    });
+}
+
+/// `try_select_recv` never waits; `select_recv_timeout` waits at most its
+/// timeout; both report "nothing" as None, also for an empty list; a
+/// closed channel is ready with Err. From a goroutine and a plain thread.
+#[test]
+fn select_recv_default_and_timeout() {
+    let _w = common::watchdog();
+    fn check() {
+        let (tx, rx) = chan::<i32>(1);
+        let (_tx2, rx2) = chan::<i32>(0);
+        assert_eq!(goro::try_select_recv([&rx, &rx2]), None);
+        let none: [&goro::Receiver<i32>; 0] = [];
+        assert_eq!(goro::try_select_recv(none), None);
+        assert_eq!(
+            goro::select_recv_timeout(none, Duration::from_millis(1)),
+            None
+        );
+        let t = Instant::now();
+        assert_eq!(
+            goro::select_recv_timeout([&rx, &rx2], Duration::from_millis(20)),
+            None
+        );
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        tx.send(5).unwrap();
+        assert_eq!(goro::try_select_recv([&rx2, &rx]), Some((1, Ok(5))));
+        tx.send(6).unwrap();
+        assert_eq!(
+            goro::select_recv_timeout([&rx2, &rx], Duration::from_secs(60)),
+            Some((1, Ok(6)))
+        );
+        tx.close();
+        assert_eq!(
+            goro::try_select_recv([&rx2, &rx]),
+            Some((1, Err(RecvError)))
+        );
+        assert_eq!(goro::select_recv([&rx]), (0, Err(RecvError)));
+    }
+    run(check);
+    check();
+}
