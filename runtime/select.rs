@@ -466,16 +466,12 @@ pub fn __select_timeout(cases: &mut [Scase], timeout: std::time::Duration) -> (u
 /// small vectors per call (one slot per channel).
 ///
 /// ```
-/// let rxs: Vec<goro::Receiver<u32>> = (0..3)
-///     .map(|i| {
-///         let (tx, rx) = goro::chan(1);
-///         if i == 2 {
-///             tx.send(7).unwrap();
-///         }
-///         rx
-///     })
-///     .collect();
+/// let (txs, rxs): (Vec<goro::Sender<u32>>, Vec<goro::Receiver<u32>>) =
+///     (0..3).map(|_| goro::chan(1)).unzip();
+/// txs[2].send(7).unwrap();
 /// assert_eq!(goro::select_recv(&rxs), (2, Ok(7)));
+/// drop(txs); // every channel closes: each is ready with Err(RecvError)
+/// assert!(goro::select_recv(&rxs).1.is_err());
 /// ```
 pub fn select_recv<'a, T: 'a>(
     rxs: impl IntoIterator<Item = &'a Receiver<T>>,
