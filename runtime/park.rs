@@ -209,6 +209,7 @@ fn gosched_impl(gp: *mut G, global: bool) -> ! {
     g.m.set(core::ptr::null_mut());
     if global {
         sched::SCHED.lock.lock().globrunqput(gp);
+        sched::end_slice(m);
     } else {
         // SAFETY: we hold the M's P.
         sched::runqput(unsafe { &*m.p.get() }, gp, false);

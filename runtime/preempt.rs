@@ -516,6 +516,7 @@ unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
     m.curg.set(core::ptr::null_mut());
     g.m.set(core::ptr::null_mut());
     SCHED.lock.lock().globrunqput(gp);
+    sched::end_slice(m);
     sched::schedule()
 }
 

@@ -977,6 +977,22 @@ pub(crate) fn wake_netpoller(when: i64) {
 // ---------------------------------------------------------------------------
 // schedule / findRunnable.
 
+/// After a preemption (cooperative or asynchronous): the preempted G's
+/// time slice is over, so whatever this P runs next starts a new one,
+/// even a G from runnext, which would otherwise inherit the expired slice.
+/// Not in Go, whose sysmon then sleeps up to 10 ms; goro's looks again
+/// within 50 µs to 1 ms of a preemption and found the successor already
+/// over its slice: in TestPingPongHog under qemu the light pair, put back
+/// at runnext by the pinned hog's hand-off (`handoff_to_locked`), or the
+/// main goroutine readied there by a timer, was asked to yield 0.1–0.3 ms
+/// into each turn (hog:light 7–58 to 1, against about 1 before session
+/// 23's sysmon change). g0, holding the M's P.
+pub(crate) fn end_slice(m: &M) {
+    // SAFETY: we hold the M's P; schedtick is written only by its owner.
+    let p = unsafe { &*m.p.get() };
+    p.schedtick.set(p.schedtick.get().wrapping_add(1));
+}
+
 /// Go's schedule: find a runnable G and run it. g0 only; never returns.
 pub(crate) fn schedule() -> ! {
     // SAFETY: called on g0 of the current thread's M.
