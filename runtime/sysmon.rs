@@ -123,10 +123,12 @@ impl PTick {
             crate::preempt::preemptone(p);
             // A signal the handler refused (the pc in libc or the vDSO, a
             // runtime critical section, the pinned limit) is sent again
-            // after 50 µs, 100 µs, ... then every millisecond, as sysmon's
-            // attentive tick did before the grace: re-sending every 50 µs
-            // cost sysmon a fifth of a CPU beside a loop inside libc.
-            self.asked_next = now + (grace << self.signalled.min(5)).clamp(grace, 1_000_000);
+            // after 50 µs, 100 µs, ... then every millisecond (a quarter
+            // of a shorter slice), as sysmon's attentive tick did before
+            // the grace: re-sending every 50 µs cost sysmon a fifth of a
+            // CPU beside a loop inside libc.
+            let cap = (slice / 4).clamp(grace, 1_000_000);
+            self.asked_next = now + (grace << self.signalled.min(5)).min(cap);
             self.signalled += 1;
         } else {
             // Off its CPU: look again after as long again (a few looks per
