@@ -832,15 +832,7 @@ pub mod __private {
         // SAFETY: a token from current_m: Ms are never freed.
         let m = unsafe { &*(m as *const crate::m::M) };
         if set_flag {
-            let gp = m.curg.get_acquire();
-            if !gp.is_null() {
-                // SAFETY: Gs are never freed; `preempt` is atomic.
-                unsafe {
-                    (*gp)
-                        .preempt
-                        .store(true, std::sync::atomic::Ordering::Relaxed)
-                };
-            }
+            crate::preempt::request_m(m, false);
         }
         crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT);
     }

@@ -327,7 +327,7 @@ pub(crate) fn preempt_check() {
 fn preempt_check_slow(gp: *mut G) {
     // Only a G that may park yields (not inside a syscall); under the test
     // knob goroasynconly=1 the signal alone acts on the flag.
-    if parkable_g() != gp || crate::preempt::ASYNC_ONLY.load(Ordering::Relaxed) {
+    if crate::preempt::ASYNC_ONLY.load(Ordering::Relaxed) || parkable_g() != gp {
         return;
     }
     // SAFETY: the running G.
@@ -348,8 +348,10 @@ fn preempt_check_slow(gp: *mut G) {
 /// not to its P's local tail as `yield_now` does. A goroutine that was
 /// preempted for running 10 ms while others waited thus waits for them
 /// in turn: a spawner racing ahead of its consumers (spawn_wait) lets the
-/// backlog drain instead of growing it.
-unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
+/// backlog drain instead of growing it. Also the g0 half of an
+/// asynchronous preemption (preempt.rs): a pinned G's M then sleeps in
+/// schedule's stoplockedm until the G is handed back to it.
+pub(crate) unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
     gosched_impl(arg.cast::<G>(), true)
 }
 

@@ -75,7 +75,6 @@
 
 use crate::g::{GStatus, G};
 use crate::m::{getm, M};
-use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// What a preempted goroutine may do about its thread.
@@ -217,27 +216,33 @@ pub(crate) fn preempt_ask(pp: &crate::p::P) -> bool {
 /// Whether the G running on `pp` has its preemption flag set (asked and
 /// not yet yielded). Any thread; a racy snapshot.
 pub(crate) fn preempt_pending(pp: &crate::p::P) -> bool {
+    let gp = running_g(pp);
+    // SAFETY: Gs are never freed; `preempt` is atomic.
+    !gp.is_null() && unsafe { (*gp).preempt.load(Ordering::Relaxed) }
+}
+
+/// The G running on `pp`'s M, or null (no M, or the M on g0). Any thread;
+/// racy: a stale G only gets a flag it clears at its next schedule.
+fn running_g(pp: &crate::p::P) -> *mut G {
     let mp = pp.m.get();
     if mp.is_null() {
-        return false;
+        return core::ptr::null_mut();
     }
-    // SAFETY: Ms and Gs are never freed; curg's Acquire as in
-    // preempt_request.
-    let gp = unsafe { (*mp).curg.get_acquire() };
-    // SAFETY: as above.
-    !gp.is_null() && unsafe { (*gp).preempt.load(Ordering::Relaxed) }
+    // SAFETY: Ms are never freed. Acquire: pairs with execute's publish,
+    // so the G's initialisation happens before our use (m.curg's doc).
+    unsafe { (*mp).curg.get_acquire() }
 }
 
 fn preempt_request(pp: &crate::p::P, signal: bool) -> bool {
     let mp = pp.m.get();
-    if mp.is_null() {
-        return false;
-    }
-    // SAFETY: Ms are never freed; racy reads of its curg are harmless (a
-    // stale G only gets a flag it clears at its next schedule).
-    let m = unsafe { &*mp };
-    // Acquire: pairs with execute's publish, so the G's initialisation
-    // happens before the store below (m.curg's doc).
+    // SAFETY: Ms are never freed.
+    !mp.is_null() && request_m(unsafe { &*mp }, signal)
+}
+
+/// Sets the flag of the G running on `m` and, if `signal` (and async
+/// preemption is on), sends `m` SIGURG. Returns whether a G was asked.
+pub(crate) fn request_m(m: &M, signal: bool) -> bool {
+    // Acquire: as in running_g.
     let gp = m.curg.get_acquire();
     if gp.is_null() {
         return false;
@@ -458,7 +463,7 @@ extern "C" fn async_preempt(frame: usize) -> usize {
             pin(m, gp);
         }
         // mcall takes over our acquirem (gopreempt_m releases it on g0).
-        crate::park::mcall_locked(gopreempt_m);
+        crate::park::mcall_locked(crate::park::gopreempt_m);
     }
     // Resumed: possibly on another M (migrate mode). rt_sigreturn installs
     // the frame's altstack: make it this M's, inside a critical section
@@ -502,22 +507,6 @@ pub(crate) fn unpin(m: &M, g: &G) {
     g.lockedm.set(core::ptr::null_mut());
     m.lockedg.set(core::ptr::null_mut());
     PINNED.fetch_sub(1, Ordering::Relaxed);
-}
-
-/// g0 half of an async preemption (Go's gopreempt_m → goschedImpl): the G
-/// goes to the global queue; a pinned G's M then sleeps in schedule's
-/// stoplockedm until the G is handed back to it.
-unsafe extern "C" fn gopreempt_m(arg: *mut u8) -> ! {
-    let gp = arg.cast::<G>();
-    // SAFETY: g0 of this M; gp just mcalled and is ours.
-    let (m, g) = unsafe { (&*getm(), &*gp) };
-    crate::m::releasem(m as *const M as *mut M);
-    g.cas_status(GStatus::Running, GStatus::Runnable);
-    m.curg.set(core::ptr::null_mut());
-    g.m.set(core::ptr::null_mut());
-    SCHED.lock.lock().globrunqput(gp);
-    sched::end_slice(m);
-    sched::schedule()
 }
 
 /// Exits the implicit syscall of a G whose M blocking detection detached:

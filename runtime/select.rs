@@ -508,12 +508,7 @@ fn select_recv_dyn<'a, T: 'a>(
     let mut slots: Vec<RecvSlot<'a, T>> = rxs.into_iter().map(RecvSlot::new).collect();
     // The cases point into `slots`, which is not resized from here on.
     let mut cases: Vec<Scase> = slots.iter_mut().map(|s| s.case()).collect();
-    let sel = if cases.len() == 1 && deadline.is_none() {
-        select_one(&cases[0], block)
-    } else {
-        selectgo(&mut cases, block, deadline)
-    };
-    match sel {
+    match selectgo(&mut cases, block, deadline) {
         // SAFETY: case i is the one selectgo chose, with its `ok`; finished
         // once.
         Selected::Case(i, ok) => Some((i, unsafe { slots[i].finish(ok) })),

@@ -165,7 +165,7 @@ fn thread_cputime(mp: *mut crate::m::M) -> i64 {
 /// meanwhile is delivered the moment it resumes, before it can reach a
 /// check (measured: a lock loop at GOMAXPROCS=1 beside two CPU hogs took
 /// 55% of its preemptions asynchronously with the signal sent at once,
-/// 33% with 50 µs or 1 ms of wall-clock grace, 0 with this). A loop with
+/// 33% with 50 µs and 40% with 1 ms of wall-clock grace, 0 with this). A loop with
 /// no check point runs up to 50 µs of CPU longer; a thread that gets no
 /// CPU for a whole time slice after the request is signalled anyway.
 const PREEMPT_GRACE_NS: i64 = 50_000;
