@@ -1313,25 +1313,34 @@ fn syscall_guard_dropped_by_another_goroutine() {
                 for _ in 0..3 {
                     // enter_syscall keeps the P on this M (until sysmon
                     // retakes it), so the next goroutines soon run on this
-                    // thread (or another: they find nothing; retry).
-                    goro::spawn(move || {
-                        let g = goro::enter_syscall();
-                        STASH.with(|s| *s.borrow_mut() = Some(g));
-                    })
-                    .join()
-                    .unwrap();
+                    // thread (or another: they find nothing; retry). If
+                    // sysmon retook the P meanwhile, the stashing M ends
+                    // idle with its guard and, with one P, is never woken
+                    // again (about 1 run in 30 under qemu on a loaded
+                    // machine, at 508e8c0 too): stash anew.
                     let mut found = false;
-                    for _ in 0..100 {
-                        found |= goro::spawn(|| {
-                            let g = STASH.with(|s| s.borrow_mut().take());
-                            let had = g.is_some();
-                            drop(g);
-                            // Still a schedulable goroutine: it parks.
-                            goro::time::sleep(Duration::from_micros(100));
-                            had
+                    for _ in 0..10 {
+                        goro::spawn(move || {
+                            let g = goro::enter_syscall();
+                            STASH.with(|s| *s.borrow_mut() = Some(g));
                         })
                         .join()
                         .unwrap();
+                        for _ in 0..100 {
+                            found |= goro::spawn(|| {
+                                let g = STASH.with(|s| s.borrow_mut().take());
+                                let had = g.is_some();
+                                drop(g);
+                                // Still a schedulable goroutine: it parks.
+                                goro::time::sleep(Duration::from_micros(100));
+                                had
+                            })
+                            .join()
+                            .unwrap();
+                            if found {
+                                break;
+                            }
+                        }
                         if found {
                             break;
                         }
