@@ -92,7 +92,10 @@ pub enum PreemptMode {
     /// Go's behaviour: a preempted goroutine resumes on any thread. Cheaper;
     /// unsound if the goroutine holds thread-affine state (a
     /// `thread_local!` borrow, a std `MutexGuard`, stdout's lock) in code
-    /// that never calls into goro. goro's own code is safe in this mode:
+    /// that never calls into goro, and std's own thread-locals are exposed
+    /// too: a goroutine preempted as it starts a panic can leave the panic
+    /// count on its old thread, which then aborts at its next panic. goro's
+    /// own code is safe in this mode:
     /// a goroutine interrupted while it reads its thread's M keeps the M
     /// for that preemption (docs/PREEMPTION.md).
     Migrate,

@@ -146,17 +146,34 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 // ---------------------------------------------------------------------------
 // Panic reports.
 
-/// Installs, once per process (before the first goroutine is created), a
-/// panic hook that wraps the one in place: a panic on a goroutine is
-/// reported as std reports one on a thread, but naming the goroutine —
-/// `goroutine 42 "worker-7" panicked at src/main.rs:3:5:` then the message
-/// (std would say `thread '<unnamed>'`, the M's name); any other panic goes
-/// to the previous hook (std's default or the user's). A hook the user sets
-/// later replaces this one, as `set_hook` always does: theirs wins.
+/// Installs, once per process (when the runtime starts), a panic hook in
+/// place of std's default one: a panic on a goroutine is reported as std
+/// reports one on a thread, but naming the goroutine — `goroutine 42
+/// "worker-7" panicked at src/main.rs:3:5:` then the message (std would
+/// say `thread '<unnamed>'`, the M's name); any other panic goes to std's
+/// default hook. A hook the program set before (a logger, an error
+/// reporter, a quiet test hook) is left alone and sees every panic,
+/// goroutines' included, as it would without goro; one set later replaces
+/// goro's, as `set_hook` always does. Either way, the program's hook wins.
 pub(crate) fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let prev = std::panic::take_hook();
+        // take_hook leaves std's default hook installed, so a second take
+        // returns a box of it: the same zero-sized function item behind the
+        // same vtable, made by the same code in std, as `prev` when no hook
+        // was set. A hook of the program's differs in its vtable (a
+        // different type); were std ever to duplicate the vtable, the
+        // default would be taken for a program's hook and goroutine panics
+        // would read `thread '<name>'`: a plainer report, nothing lost.
+        let default = std::panic::take_hook();
+        #[allow(ambiguous_wide_pointer_comparisons)]
+        let prev_is_default = std::ptr::eq(&*prev, &*default);
+        drop(default);
+        if !prev_is_default {
+            std::panic::set_hook(prev);
+            return;
+        }
         std::panic::set_hook(Box::new(move |info| match crate::current_id() {
             Some(id) => report_goroutine_panic(id, info.payload(), info.location()),
             None => prev(info),

@@ -1602,6 +1602,9 @@ fn unwind_off_p(slow_drop: fn()) {
     struct D(fn());
     impl Drop for D {
         fn drop(&mut self) {
+            // The panic began locked (below); from here on, only the
+            // runtime's pinning of an unwinding goroutine keeps it here.
+            goro::unlock_os_thread();
             let before = tid();
             (self.0)();
             if tid() != before {
@@ -1632,6 +1635,14 @@ fn unwind_off_p(slow_drop: fn()) {
             let hs: Vec<_> = (0..4)
                 .map(|_| {
                     goro::spawn(move || {
+                        // Locked while std starts the panic: in migrate
+                        // mode a preemption inside std's update of its
+                        // thread-local panic count (before panicking() is
+                        // true) would move the goroutine with the old
+                        // thread's slot in a register, the documented
+                        // migrate-mode hazard for any thread-local
+                        // (PREEMPTION.md), not what this test is about.
+                        goro::lock_os_thread();
                         let _d = D(slow_drop);
                         panic!("unwinding through a slow destructor (expected)");
                     })

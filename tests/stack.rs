@@ -203,11 +203,10 @@ fn overflow_child() {
                 recurse_forever(0)
             });
         }
-        // Panic reports: a user hook set before the runtime starts still
-        // handles panics off goroutines; goroutine panics name the
-        // goroutine; track_caller points misuse panics at the caller.
+        // Panic reports: goroutine panics name the goroutine; panics off
+        // goroutines get std's report; track_caller points misuse panics
+        // at the caller.
         "panic" => {
-            std::panic::set_hook(Box::new(|_| eprintln!("USER HOOK")));
             goro::run(|| {
                 let h = goro::Builder::new()
                     .name("worker-7")
@@ -222,6 +221,19 @@ fn overflow_child() {
                     eprintln!("CHILD WG LINE {}", line!() + 1);
                     goro::sync::WaitGroup::new().done();
                 });
+                assert!(h.join().is_err());
+            });
+            let t = std::thread::Builder::new()
+                .name("plain".into())
+                .spawn(|| panic!("thread panic"))
+                .unwrap();
+            assert!(t.join().is_err());
+        }
+        // A hook set before the runtime starts handles every panic.
+        "earlyhook" => {
+            std::panic::set_hook(Box::new(|_| eprintln!("EARLY USER HOOK")));
+            goro::run(|| {
+                let h = goro::spawn(|| panic!("boom"));
                 assert!(h.join().is_err());
             });
             let t = std::thread::spawn(|| panic!("thread panic"));
@@ -1004,7 +1016,7 @@ fn child_line(stderr: &str, key: &str) -> u32 {
 /// at <file>:<line>:<col>:` and the message) instead of std's `thread
 /// '<unnamed>'`; an unnamed goroutine's report has its id only;
 /// WaitGroup misuse is reported at the caller's line (track_caller); a
-/// user hook set before the runtime started still handles plain threads.
+/// plain thread's panic gets std's report.
 #[test]
 fn goroutine_panic_report_names_it() {
     let _w = common::watchdog();
@@ -1034,10 +1046,32 @@ fn goroutine_panic_report_names_it() {
         "std's thread report for a goroutine; stderr:\n{stderr}"
     );
     assert_eq!(
-        stderr.matches("USER HOOK").count(),
+        stderr.matches("thread 'plain'").count(),
         1,
-        "the user's hook must handle exactly the plain thread's panic; stderr:\n{stderr}"
+        "std's report for the plain thread's panic; stderr:\n{stderr}"
     );
+}
+
+/// A hook the program set before the runtime started sees goroutine
+/// panics as well as threads' (a logger or error reporter installed at
+/// the top of main). Before session 24 goro wrapped it and reported
+/// goroutine panics itself: the program's hook saw only plain threads.
+#[test]
+fn earlier_user_panic_hook_sees_goroutine_panics() {
+    let _w = common::watchdog();
+    let out = run_child("earlyhook");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed: {:?}; stderr:\n{stderr}",
+        out.status
+    );
+    assert_eq!(
+        stderr.matches("EARLY USER HOOK").count(),
+        2,
+        "the program's hook must see the goroutine's and the thread's panic; stderr:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked at"), "stderr:\n{stderr}");
 }
 
 /// A hook set after the runtime started wins, on goroutines too.
