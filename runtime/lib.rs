@@ -92,6 +92,8 @@ mod throw;
 mod timer;
 mod waitreason;
 
+pub mod context;
+pub mod errgroup;
 pub mod io;
 pub mod net;
 pub mod signal;

@@ -155,6 +155,8 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 /// reporter, a quiet test hook) is left alone and sees every panic,
 /// goroutines' included, as it would without goro; one set later replaces
 /// goro's, as `set_hook` always does. Either way, the program's hook wins.
+/// (libtest installs one while it captures a test's output, so under
+/// `cargo test` a goroutine's panic is reported as std reports a thread's.)
 pub(crate) fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {

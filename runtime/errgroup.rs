@@ -1,0 +1,214 @@
+//! Go's `golang.org/x/sync/errgroup`: goroutines working on subtasks of
+//! one task, waited for together, the first error kept and (with
+//! [`Group::with_context`]) cancelling the others.
+//!
+//! ```
+//! use goro::{context, errgroup::Group};
+//! goro::run(|| {
+//!     let (g, ctx) = Group::<String>::with_context(&context::background());
+//!     for i in 0..10 {
+//!         let ctx = ctx.clone();
+//!         g.go(move || {
+//!             if i == 3 {
+//!                 return Err(format!("task {i} failed"));
+//!             }
+//!             // The others see the cancellation.
+//!             let _ = ctx.done().recv();
+//!             Ok(())
+//!         });
+//!     }
+//!     assert_eq!(g.wait(), Err("task 3 failed".to_string()));
+//! });
+//! ```
+
+use crate::context::{CancelFunc, Context};
+use crate::sync::{Mutex, Semaphore, WaitGroup};
+use std::any::Any;
+use std::sync::Arc;
+
+/// A collection of goroutines working on subtasks of one task (Go's
+/// `errgroup.Group`). Clone it to call [`go`](Group::go) from inside the
+/// group's own goroutines (an `Arc` clone; all clones are the same group).
+///
+/// Unlike Go's (before x/sync 0.11), a panic in a group goroutine is
+/// caught, cancels the group's context like an error, and is resumed by
+/// [`wait`](Group::wait) once every goroutine has finished, so a panic is
+/// never lost and never kills an unrelated goroutine.
+pub struct Group<E> {
+    inner: Arc<Inner<E>>,
+}
+
+impl<E> Clone for Group<E> {
+    fn clone(&self) -> Self {
+        Group {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<E> {
+    wg: WaitGroup,
+    /// The first error; later ones are dropped (Go's errOnce).
+    err: Mutex<Option<E>>,
+    /// The first panic's payload.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    cancel: Option<CancelFunc>,
+    /// Permits for [`Group::set_limit`]; None = no limit.
+    sem: Mutex<Option<Arc<Semaphore>>>,
+}
+
+impl<E: Send + 'static> Default for Group<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E: Send + 'static> Group<E> {
+    /// A group with no context and no limit (Go's zero `errgroup.Group`).
+    pub fn new() -> Group<E> {
+        Group::build(None)
+    }
+
+    /// A group and a context derived from `ctx` that is cancelled the
+    /// first time a goroutine of the group returns an error (or panics),
+    /// or when [`wait`](Group::wait) returns, whichever comes first (Go's
+    /// `errgroup.WithContext`).
+    pub fn with_context(ctx: &Context) -> (Group<E>, Context) {
+        let (ctx, cancel) = crate::context::with_cancel(ctx);
+        (Group::build(Some(cancel)), ctx)
+    }
+
+    fn build(cancel: Option<CancelFunc>) -> Group<E> {
+        Group {
+            inner: Arc::new(Inner {
+                wg: WaitGroup::new(),
+                err: Mutex::new(None),
+                panic: Mutex::new(None),
+                cancel,
+                sem: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Limits the group to `n` goroutines running [`go`](Group::go)'s
+    /// functions at once; `None` removes the limit (Go's `SetLimit`, with
+    /// a negative n as None).
+    ///
+    /// `Some(0)` makes every `go` block and every `try_go` fail, as in Go.
+    ///
+    /// Panics if a goroutine of the group is running (as Go's does): the
+    /// limit must be set before the first `go`, or after `wait`.
+    pub fn set_limit(&self, n: Option<usize>) {
+        let mut sem = self.inner.sem.lock();
+        if let Some(s) = sem.as_ref() {
+            assert!(
+                Arc::strong_count(s) == 1,
+                "errgroup: modify limit while goroutines in the group are still active"
+            );
+        }
+        *sem = n.map(|n| Arc::new(Semaphore::new(n)));
+    }
+
+    /// Runs `f` in a new goroutine of the group (Go's `g.Go`). With a
+    /// limit set, first waits (parks the goroutine, blocks a thread) until
+    /// fewer than the limit are running. The first `Err` is kept for
+    /// [`wait`](Group::wait) and cancels the group's context; later ones
+    /// are dropped.
+    ///
+    /// Panics if the goroutine cannot be created (as [`crate::spawn`]).
+    pub fn go<F>(&self, f: F)
+    where
+        F: FnOnce() -> Result<(), E> + Send + 'static,
+    {
+        let sem = self.inner.sem.lock().clone();
+        if let Some(s) = &sem {
+            s.acquire();
+        }
+        self.start(sem, f);
+    }
+
+    /// [`go`](Group::go) if fewer than the limit are running now;
+    /// otherwise returns `false` without running `f` (Go's `TryGo`). Never
+    /// blocks for long.
+    pub fn try_go<F>(&self, f: F) -> bool
+    where
+        F: FnOnce() -> Result<(), E> + Send + 'static,
+    {
+        let sem = self.inner.sem.lock().clone();
+        if let Some(s) = &sem {
+            if !s.try_acquire() {
+                return false;
+            }
+        }
+        self.start(sem, f);
+        true
+    }
+
+    fn start<F>(&self, sem: Option<Arc<Semaphore>>, f: F)
+    where
+        F: FnOnce() -> Result<(), E> + Send + 'static,
+    {
+        self.inner.wg.add(1);
+        let inner = self.inner.clone();
+        // Dropping the handle detaches the goroutine; `wait` joins through
+        // the WaitGroup.
+        drop(crate::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    let mut first = inner.err.lock();
+                    if first.is_none() {
+                        *first = Some(e);
+                        drop(first);
+                        if let Some(c) = &inner.cancel {
+                            c.cancel();
+                        }
+                    }
+                }
+                Err(payload) => {
+                    let mut first = inner.panic.lock();
+                    if first.is_none() {
+                        *first = Some(payload);
+                    }
+                    drop(first);
+                    if let Some(c) = &inner.cancel {
+                        c.cancel();
+                    }
+                }
+            }
+            // The permit's Arc is dropped here, before `done`: once `wait`
+            // returns, no goroutine holds it and `set_limit` may change it.
+            if let Some(s) = sem {
+                s.release();
+            }
+            inner.wg.done();
+        }));
+    }
+
+    /// Waits (parks the goroutine, blocks a thread) until every goroutine
+    /// started by [`go`](Group::go) has returned, cancels the group's
+    /// context, and returns the first error (Go's `g.Wait`). If a group
+    /// goroutine panicked, resumes that panic here instead
+    /// (`std::panic::resume_unwind`). The error is taken: a second `wait`
+    /// returns `Ok(())` unless new goroutines failed.
+    pub fn wait(&self) -> Result<(), E> {
+        self.inner.wg.wait();
+        if let Some(c) = &self.inner.cancel {
+            c.cancel();
+        }
+        if let Some(p) = self.inner.panic.lock().take() {
+            std::panic::resume_unwind(p);
+        }
+        match self.inner.err.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<E> std::fmt::Debug for Group<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group").finish_non_exhaustive()
+    }
+}
