@@ -111,7 +111,7 @@ pub use local::LocalKey;
 pub use preempt::PreemptMode;
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;
-pub use select::{select_recv, select_recv_timeout, try_select_recv};
+pub use select::{select_recv, select_recv_timeout, try_select_recv, Select, SelectedOperation};
 pub use stack::{MAX_POOLED_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE};
 pub use syscall::{blocking, enter_syscall, enter_syscall_block, exit_syscall, SyscallGuard};
 

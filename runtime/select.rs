@@ -516,6 +516,276 @@ fn select_recv_dyn<'a, T: 'a>(
     }
 }
 
+// ---------------------------------------------------------------------------
+// Dynamic select: cases of any channel types, in both directions, built at
+// run time (Go's reflect.Select).
+
+/// A select whose cases are only known at run time, receives and sends on
+/// channels of any element types (Go's `reflect.Select`; the builder shape
+/// of crossbeam-channel's `Select`). Add cases with [`recv`](Select::recv)
+/// and [`send`](Select::send), each returning its index, then run it once
+/// with [`select`](Select::select), [`try_select`](Select::try_select) or
+/// [`select_timeout`](Select::select_timeout). As in `select!`, the chosen
+/// operation has happened when these return (Go's semantics, unlike
+/// crossbeam's): take its result from the [`SelectedOperation`].
+///
+/// Values of send cases not chosen are dropped with the `Select`. Each
+/// case is one small allocation; for a fixed set of cases `select!` costs
+/// less, and for receives of one type [`select_recv`] does.
+///
+/// ```
+/// use goro::Select;
+/// let (tx_num, rx_num) = goro::chan::<u32>(1);
+/// let (tx_txt, rx_txt) = goro::chan::<String>(0); // nobody receives: never ready
+/// tx_num.send(7).unwrap();
+/// let mut sel = Select::new();
+/// let r = sel.recv(&rx_num);
+/// let s = sel.send(&tx_txt, "hello".to_string());
+/// let op = sel.select();
+/// assert_eq!(op.index(), r);
+/// assert_eq!(op.recv(&rx_num), Ok(7));
+/// # let _ = (s, rx_txt);
+/// ```
+#[derive(Default)]
+pub struct Select<'a> {
+    slots: Vec<Box<dyn DynCase + 'a>>,
+}
+
+/// The case a [`Select`] chose, whose operation has happened. Read its
+/// result with [`recv`](SelectedOperation::recv) or
+/// [`send`](SelectedOperation::send) (or drop it: a received value is then
+/// dropped).
+pub struct SelectedOperation<'a> {
+    slots: Vec<Box<dyn DynCase + 'a>>,
+    index: usize,
+    /// Whether the operation happened (false: the channel was closed).
+    ok: bool,
+}
+
+/// A type-erased case: a channel handle and a value slot.
+trait DynCase {
+    fn case(&mut self) -> Scase;
+    fn chan(&self) -> *const Hchan;
+    fn is_send(&self) -> bool;
+    fn elem_type(&self) -> std::any::TypeId;
+    /// The slot, a `MaybeUninit<T>` of `elem_type`.
+    fn val(&mut self) -> *mut u8;
+    /// Whether the slot holds a value (to drop with the case).
+    fn set_live(&mut self, live: bool);
+}
+
+struct DynSlot<'a, T, H> {
+    handle: &'a H,
+    val: MaybeUninit<T>,
+    live: bool,
+    send: bool,
+}
+
+impl<T: 'static, H: ChanHandle> DynCase for DynSlot<'_, T, H> {
+    fn case(&mut self) -> Scase {
+        let c = self.handle.hchan();
+        let elem = self.val.as_mut_ptr().cast();
+        if self.send {
+            Scase::send(c, elem)
+        } else {
+            Scase::recv(c, elem)
+        }
+    }
+    fn chan(&self) -> *const Hchan {
+        Arc::as_ptr(self.handle.hchan())
+    }
+    fn is_send(&self) -> bool {
+        self.send
+    }
+    fn elem_type(&self) -> std::any::TypeId {
+        std::any::TypeId::of::<T>()
+    }
+    fn val(&mut self) -> *mut u8 {
+        self.val.as_mut_ptr().cast()
+    }
+    fn set_live(&mut self, live: bool) {
+        self.live = live;
+    }
+}
+
+impl<T, H> Drop for DynSlot<'_, T, H> {
+    fn drop(&mut self) {
+        if self.live {
+            // SAFETY: live means the slot holds a value nobody took: an
+            // unsent send value, or a received one never read.
+            unsafe { self.val.assume_init_drop() };
+        }
+    }
+}
+
+/// A channel end a dynamic case can hold.
+trait ChanHandle {
+    fn hchan(&self) -> &Arc<Hchan>;
+}
+
+impl<T> ChanHandle for Receiver<T> {
+    fn hchan(&self) -> &Arc<Hchan> {
+        &self.c
+    }
+}
+
+impl<T> ChanHandle for Sender<T> {
+    fn hchan(&self) -> &Arc<Hchan> {
+        &self.c
+    }
+}
+
+impl<'a> Select<'a> {
+    /// An empty select.
+    pub fn new() -> Select<'a> {
+        Select { slots: Vec::new() }
+    }
+
+    /// Adds a receive from `rx`; returns the case's index (0, 1, ... in
+    /// the order cases are added).
+    pub fn recv<T: 'static>(&mut self, rx: &'a Receiver<T>) -> usize {
+        self.slots.push(Box::new(DynSlot {
+            handle: rx,
+            val: MaybeUninit::<T>::uninit(),
+            live: false,
+            send: false,
+        }));
+        self.slots.len() - 1
+    }
+
+    /// Adds a send of `v` on `tx`; returns the case's index. If another
+    /// case is chosen, `v` is dropped with the select.
+    pub fn send<T: 'static>(&mut self, tx: &'a Sender<T>, v: T) -> usize {
+        self.slots.push(Box::new(DynSlot {
+            handle: tx,
+            val: MaybeUninit::new(v),
+            live: true,
+            send: true,
+        }));
+        self.slots.len() - 1
+    }
+
+    /// Waits until one case can proceed and performs it; ready cases are
+    /// chosen uniformly at random (Go's selectgo). Parks the goroutine
+    /// (blocks a plain thread). A case on a closed channel is ready (its
+    /// result is `Err`). With no cases, blocks forever, as Go's
+    /// `select {}`.
+    pub fn select(self) -> SelectedOperation<'a> {
+        match self.run(true, None) {
+            Ok(op) => op,
+            Err(_) => __select_none(),
+        }
+    }
+
+    /// [`select`](Select::select) with Go's `default`: `None` if no case
+    /// can proceed now. Never blocks.
+    pub fn try_select(self) -> Option<SelectedOperation<'a>> {
+        self.run(false, None).ok()
+    }
+
+    /// [`select`](Select::select) that gives up after `timeout` (a
+    /// `Duration` too large to represent waits forever): `None` if no case
+    /// could proceed in time.
+    pub fn select_timeout(self, timeout: std::time::Duration) -> Option<SelectedOperation<'a>> {
+        self.run(true, crate::time::deadline_after(timeout)).ok()
+    }
+
+    fn run(mut self, block: bool, deadline: Option<i64>) -> Result<SelectedOperation<'a>, ()> {
+        // The cases point into the boxed slots, which do not move.
+        let mut cases: Vec<Scase> = self.slots.iter_mut().map(|s| s.case()).collect();
+        match selectgo(&mut cases, block, deadline) {
+            Selected::Case(index, ok) => {
+                let slot = &mut self.slots[index];
+                if slot.is_send() {
+                    // Sent: the channel moved the value out. Not sent
+                    // (closed): it is still there for `send` to return.
+                    slot.set_live(!ok);
+                } else {
+                    // Received: the slot holds the value.
+                    slot.set_live(ok);
+                }
+                Ok(SelectedOperation {
+                    slots: std::mem::take(&mut self.slots),
+                    index,
+                    ok,
+                })
+            }
+            Selected::Default | Selected::Timeout => Err(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Select<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Select")
+            .field("cases", &self.slots.len())
+            .finish()
+    }
+}
+
+impl<'a> SelectedOperation<'a> {
+    /// The index of the chosen case, as returned by
+    /// [`Select::recv`]/[`Select::send`].
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The chosen case's receive result: the value, or `Err(RecvError)` if
+    /// the channel was closed and drained.
+    ///
+    /// Panics if the chosen case is not a receive from `rx` (pass the same
+    /// receiver, or a clone of it).
+    pub fn recv<T: 'static>(mut self, rx: &Receiver<T>) -> Result<T, RecvError> {
+        let ok = self.ok;
+        let slot = self.chosen::<T>(Arc::as_ptr(&rx.c), false);
+        if !ok {
+            return Err(RecvError);
+        }
+        slot.set_live(false);
+        // SAFETY: a receive that happened wrote a T (the type checked by
+        // `chosen`) into the slot; live is now false, so it is read once.
+        Ok(unsafe { slot.val().cast::<T>().read() })
+    }
+
+    /// The chosen case's send result: `Ok(())` if the value was sent,
+    /// `Err(SendError(v))` with the value back if the channel was closed.
+    ///
+    /// Panics if the chosen case is not a send on `tx`.
+    pub fn send<T: 'static>(mut self, tx: &Sender<T>) -> Result<(), SendError<T>> {
+        let ok = self.ok;
+        let slot = self.chosen::<T>(Arc::as_ptr(&tx.c), true);
+        if ok {
+            return Ok(());
+        }
+        slot.set_live(false);
+        // SAFETY: a send that did not happen left its T (the type checked
+        // by `chosen`) in the slot; live is now false, so it is read once.
+        Err(SendError(unsafe { slot.val().cast::<T>().read() }))
+    }
+
+    fn chosen<T: 'static>(&mut self, c: *const Hchan, send: bool) -> &mut (dyn DynCase + 'a) {
+        let slot = &mut *self.slots[self.index];
+        assert!(
+            slot.is_send() == send
+                && slot.chan() == c
+                && slot.elem_type() == std::any::TypeId::of::<T>(),
+            "goro::SelectedOperation::{}: case {} is not a {} on this channel",
+            if send { "send" } else { "recv" },
+            self.index,
+            if send { "send" } else { "receive" },
+        );
+        slot
+    }
+}
+
+impl std::fmt::Debug for SelectedOperation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SelectedOperation")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Waits on several channel operations at once; Go's `select`.
 ///
 /// ```

@@ -1746,3 +1746,178 @@ fn select_recv_default_and_timeout() {
     run(check);
     check();
 }
+
+/// A value that counts its drops, to check that a dynamic select drops
+/// each value exactly once: unsent values with the select, a received
+/// value the caller never read with the operation.
+struct Counted(u32, Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, SeqCst);
+    }
+}
+
+/// `goro::Select` (Go's reflect.Select with send and receive cases): cases
+/// of different element types, in both directions; the chosen operation
+/// has happened, its result is read back typed; values are dropped once.
+#[test]
+fn dynamic_select_mixes_types_and_directions() {
+    fn check() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (tx_n, rx_n) = chan::<u32>(1);
+        let (tx_s, rx_s) = chan::<Counted>(0); // nobody receives: never ready
+        tx_n.send(7).unwrap();
+        let mut sel = goro::Select::new();
+        let r = sel.recv(&rx_n);
+        let s = sel.send(&tx_s, Counted(1, drops.clone()));
+        assert_eq!((r, s), (0, 1));
+        let op = sel.select();
+        assert_eq!(op.index(), r);
+        assert_eq!(op.recv(&rx_n), Ok(7));
+        assert_eq!(drops.load(SeqCst), 1, "the unsent value is dropped once");
+
+        // A send case chosen: the value arrives, nothing is dropped.
+        let (tx_b, rx_b) = chan::<Counted>(1);
+        let mut sel = goro::Select::new();
+        sel.recv(&rx_n); // empty
+        let s = sel.send(&tx_b, Counted(2, drops.clone()));
+        let op = sel.select();
+        assert_eq!(op.index(), s);
+        assert!(op.send(&tx_b).is_ok());
+        assert_eq!(drops.load(SeqCst), 1);
+        assert_eq!(rx_b.recv().unwrap().0, 2);
+        assert_eq!(drops.load(SeqCst), 2);
+
+        // A received value that is never read is dropped with the
+        // operation.
+        tx_b.send(Counted(3, drops.clone())).unwrap();
+        let mut sel = goro::Select::new();
+        sel.recv(&rx_b);
+        drop(sel.select());
+        assert_eq!(drops.load(SeqCst), 3);
+
+        // A send on a closed channel is chosen and gives the value back.
+        drop(rx_s);
+        let mut sel = goro::Select::new();
+        sel.recv(&rx_n);
+        let s = sel.send(&tx_s, Counted(4, drops.clone()));
+        let op = sel.select();
+        assert_eq!(op.index(), s);
+        let back = op.send(&tx_s).unwrap_err().0;
+        assert_eq!(back.0, 4);
+        assert_eq!(drops.load(SeqCst), 3);
+        drop(back);
+
+        // A closed, drained channel: Err(RecvError).
+        tx_n.close();
+        let mut sel = goro::Select::new();
+        sel.recv(&rx_n);
+        assert_eq!(sel.select().recv(&rx_n), Err(RecvError));
+
+        // Nothing ready: try_select is None, select_timeout gives up, and
+        // both drop the unsent values.
+        let (tx_e, _rx_e) = chan::<Counted>(0);
+        let before = drops.load(SeqCst);
+        let mut sel = goro::Select::new();
+        sel.send(&tx_e, Counted(5, drops.clone()));
+        assert!(sel.try_select().is_none());
+        let mut sel = goro::Select::new();
+        sel.send(&tx_e, Counted(6, drops.clone()));
+        let t = Instant::now();
+        assert!(sel.select_timeout(Duration::from_millis(20)).is_none());
+        assert!(t.elapsed() >= Duration::from_millis(20));
+        assert_eq!(drops.load(SeqCst), before + 2);
+        assert!(goro::Select::new().try_select().is_none());
+    }
+    run(check);
+    check();
+}
+
+/// A blocked dynamic select is completed by the other side: a receiver
+/// that arrives later takes the send case's value; a sender that arrives
+/// later fills the receive case.
+#[test]
+fn dynamic_select_parks_until_a_case_is_ready() {
+    run(|| {
+        for round in 0..200u32 {
+            let (tx_a, rx_a) = chan::<u32>(0);
+            let (tx_b, rx_b) = chan::<String>(0);
+            let other = goro::spawn(move || {
+                for _ in 0..4 {
+                    goro::yield_now();
+                }
+                if round % 2 == 0 {
+                    tx_a.send(round).unwrap();
+                    None
+                } else {
+                    Some(rx_b.recv().unwrap())
+                }
+            });
+            let mut sel = goro::Select::new();
+            let r = sel.recv(&rx_a);
+            let s = sel.send(&tx_b, format!("v{round}"));
+            let op = sel.select();
+            if round % 2 == 0 {
+                assert_eq!(op.index(), r);
+                assert_eq!(op.recv(&rx_a), Ok(round));
+                assert_eq!(other.join().unwrap(), None);
+            } else {
+                assert_eq!(op.index(), s);
+                assert!(op.send(&tx_b).is_ok());
+                assert_eq!(other.join().unwrap(), Some(format!("v{round}")));
+            }
+        }
+    });
+}
+
+/// Ready cases are chosen uniformly (TestSelectFairness's bound).
+#[test]
+fn dynamic_select_fairness() {
+    run(|| {
+        let (tx1, rx1) = chan::<u8>(1);
+        let (tx2, _rx2) = chan::<u16>(1); // room for one send each round
+        let (mut recvs, mut sends) = (0, 0);
+        let trials = 10_000;
+        for _ in 0..trials {
+            tx1.send(1).unwrap();
+            let mut sel = goro::Select::new();
+            sel.recv(&rx1);
+            sel.send(&tx2, 2);
+            let op = sel.select();
+            if op.index() == 0 {
+                recvs += 1;
+                drop(op);
+            } else {
+                sends += 1;
+                assert!(op.send(&tx2).is_ok());
+                assert_eq!(_rx2.recv(), Ok(2));
+                assert_eq!(rx1.recv(), Ok(1));
+            }
+        }
+        assert!(
+            recvs > trials * 4 / 10 && sends > trials * 4 / 10,
+            "unfair: {recvs} receives, {sends} sends"
+        );
+    });
+}
+
+/// Reading the result as the wrong case (another channel, the other
+/// direction) panics instead of reading the wrong slot.
+#[test]
+fn dynamic_select_wrong_case_panics() {
+    let (tx, rx) = chan::<u32>(1);
+    let (_tx2, rx2) = chan::<u32>(1);
+    tx.send(1).unwrap();
+    let mut sel = goro::Select::new();
+    sel.recv(&rx);
+    let op = sel.select();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.recv(&rx2)));
+    assert!(r.is_err());
+    tx.send(2).unwrap();
+    let mut sel = goro::Select::new();
+    sel.recv(&rx);
+    let op = sel.select();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.send(&tx)));
+    assert!(r.is_err());
+}
