@@ -35,16 +35,21 @@ pub(crate) fn when_after(d: Duration) -> i64 {
 pub(crate) fn add_timer(when: i64, action: Action) {
     crate::ensure_started();
     let (mp, pp) = crate::park::acquirem_p();
-    let _ml = crate::m::MLock::of(mp);
+    let ml = crate::m::MLock::of(mp);
     let timers = if pp.is_null() {
         &crate::sched::allp(0).timers
     } else {
         // SAFETY: we hold pp.
         unsafe { &(*pp).timers }
     };
-    if timers.add(when, action) {
+    let (first, purged) = timers.add_purging(when, action);
+    if first {
         crate::sched::wake_netpoller(when);
     }
+    // Timers the add purged are dropped out of the critical section: on a
+    // goroutine, their after_func closures are then dropped in place.
+    drop(ml);
+    drop(purged);
 }
 
 fn sleep_commit(gp: *mut G, when: *mut u8) -> bool {
