@@ -624,7 +624,8 @@ pub struct Stats {
     /// `enter_syscall_block` (only grows).
     pub syscalls_handed_off: u64,
     /// Blocking detection: Ps detached from a thread blocked in the kernel
-    /// in an unguarded call (only grows).
+    /// in an unguarded call, or computing in libc a whole time slice past
+    /// its own where it could not be preempted (only grows).
     pub retakes_detected: u64,
     /// Blocking detection: detached goroutines that took a P back at a
     /// runtime entry or a signal (only grows).

@@ -104,6 +104,12 @@ pub enum PreemptMode {
 /// sysmon's requests to an M's SIGURG handler (`m.preempt_req`).
 pub(crate) const REQ_PREEMPT: u32 = 1;
 pub(crate) const REQ_DETACH: u32 = 2;
+/// REQ_PREEMPT for a G that has refused it for a whole time slice: if its
+/// pc is again outside the executable's code (libc, the vDSO, another
+/// shared library), where it cannot be stopped, its P is detached as for a
+/// blocked system call (Go treats every cgo call as one), and the G runs
+/// on without a P until its next runtime entry.
+pub(crate) const REQ_PREEMPT_OR_DETACH: u32 = 3;
 
 /// Async preemption on (Config::preempt, GODEBUG=asyncpreemptoff=1).
 /// Written once at start; Relaxed: read by sysmon and handlers after the
@@ -130,6 +136,9 @@ pub(crate) static PREEMPT_SIGNALS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PREEMPT_REFUSED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PREEMPT_PINNED_LIMIT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static RETAKES_DETECTED: AtomicU64 = AtomicU64::new(0);
+/// Of RETAKES_DETECTED, those of REQ_PREEMPT_OR_DETACH (a G computing in
+/// foreign code).
+pub(crate) static DETACHES_FOREIGN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static REACQUIRES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DETECT_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
 
@@ -236,6 +245,15 @@ fn running_g(pp: &crate::p::P) -> *mut G {
     unsafe { (*mp).curg.get_acquire() }
 }
 
+/// preemptone for a G that has not yielded for a whole time slice after
+/// the first request: [`REQ_PREEMPT_OR_DETACH`]. Any thread (sysmon,
+/// stop-the-world).
+pub(crate) fn preempt_or_detach(pp: &crate::p::P) -> bool {
+    let mp = pp.m.get();
+    // SAFETY: Ms are never freed.
+    !mp.is_null() && request_m_req(unsafe { &*mp }, REQ_PREEMPT_OR_DETACH)
+}
+
 fn preempt_request(pp: &crate::p::P, signal: bool) -> bool {
     let mp = pp.m.get();
     // SAFETY: Ms are never freed.
@@ -245,6 +263,11 @@ fn preempt_request(pp: &crate::p::P, signal: bool) -> bool {
 /// Sets the flag of the G running on `m` and, if `signal` (and async
 /// preemption is on), sends `m` SIGURG. Returns whether a G was asked.
 pub(crate) fn request_m(m: &M, signal: bool) -> bool {
+    request_m_req(m, if signal { REQ_PREEMPT } else { 0 })
+}
+
+/// [`request_m`] with the handler's request (0: the flag alone).
+fn request_m_req(m: &M, req: u32) -> bool {
     // Acquire: as in running_g.
     let gp = m.curg.get_acquire();
     if gp.is_null() {
@@ -252,8 +275,8 @@ pub(crate) fn request_m(m: &M, signal: bool) -> bool {
     }
     // SAFETY: Gs are never freed.
     unsafe { (*gp).preempt.store(true, Ordering::Relaxed) };
-    if signal && ASYNC_ENABLED.load(Ordering::Relaxed) {
-        signal_m(m, REQ_PREEMPT);
+    if req != 0 && ASYNC_ENABLED.load(Ordering::Relaxed) {
+        signal_m(m, req);
     }
     true
 }
@@ -336,6 +359,32 @@ pub(crate) unsafe fn on_signal(
         return;
     }
     let detached = m.detached.load(Ordering::Relaxed);
+    if req == REQ_PREEMPT_OR_DETACH
+        && status == GStatus::Running
+        && !detached
+        && !pc_is_safe(pc)
+        // Still asked (wantAsyncPreempt, below): not a G that yielded since.
+        && g.preempt.load(Ordering::Relaxed)
+    {
+        let pp = m.p.get();
+        if !pp.is_null() {
+            // The G has computed outside the executable for a whole slice
+            // past its own (a loop of std::fs::read or of large memcpys):
+            // signals land there nearly every time, and no syscall is
+            // blocked for blocking detection to see. Detach as REQ_DETACH
+            // does; a thread running in libc is no different to the
+            // scheduler from one blocked in it. Its running on without a P
+            // is one thread more than GOMAXPROCS, as a G in a cgo call is
+            // in Go.
+            // SAFETY: as for REQ_DETACH: this thread owns its M, its running
+            // G and its P; m.locks == 0 and the pc is not in asm/.
+            crate::syscall::reentersyscall(m, g, unsafe { &*pp });
+            m.detached.store(true, Ordering::Relaxed);
+            RETAKES_DETECTED.fetch_add(1, Ordering::Relaxed);
+            DETACHES_FOREIGN.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
     let eligible = match status {
         GStatus::Running => ASYNC_ENABLED.load(Ordering::Relaxed),
         // A detached G computing without a P: send it to reacquire one.

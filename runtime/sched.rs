@@ -1761,18 +1761,26 @@ fn stop_the_world(own: *mut P) {
         // Spinning/idle Ms notice gcwaiting at the top of findRunnable; an
         // M blocked in netpoll must be woken to notice.
         netpoll::netpoll_break();
+        let mut rounds = 0u32;
         loop {
             if SCHED.stopnote.sleep_timeout(100_000) {
                 break;
             }
             netpoll::netpoll_break();
+            rounds += 1;
             for i in 0..procs {
                 let p = allp(i);
                 // A G may have taken its P back from a syscall since, or a
                 // signal found no safe point: ask again (Go's preemptall in
-                // the same loop).
+                // the same loop). After 10 ms, a G whose pc is outside the
+                // executable (a loop in libc) has its P detached instead,
+                // which this loop then takes.
                 if p.status() == PStatus::Running && !ptr::eq(p, own) {
-                    crate::preempt::preemptone(p);
+                    if rounds >= 100 {
+                        crate::preempt::preempt_or_detach(p);
+                    } else {
+                        crate::preempt::preemptone(p);
+                    }
                 }
                 if p.cas_status(PStatus::Syscall, PStatus::Stopped) {
                     SCHED.lock.lock().stopped_one("stopTheWorld");

@@ -120,7 +120,15 @@ impl PTick {
             now - self.asked_last
         };
         if ran >= grace || overdue {
-            crate::preempt::preemptone(p);
+            if overdue && self.signalled > 0 {
+                // Signalled and still running a whole slice after the
+                // first request: if its pc is outside the executable again
+                // (a loop that lives in libc: std::fs::read, large
+                // memcpys), the handler detaches its P instead.
+                crate::preempt::preempt_or_detach(p);
+            } else {
+                crate::preempt::preemptone(p);
+            }
             // A signal the handler refused (the pc in libc or the vDSO, a
             // runtime critical section, the pinned limit) is sent again
             // after 50 µs, 100 µs, ... then every millisecond (a quarter

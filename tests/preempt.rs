@@ -1065,6 +1065,73 @@ fn detected_read_no_eintr() {
     });
 }
 
+/// A goroutine whose time is spent inside libc without blocking — a loop
+/// of 1 MiB copies (libc's memmove) or of `std::fs::read` of a small file
+/// (short syscalls, on a CPU, which blocking detection does not see as
+/// blocked) — gives up its P: its thread is signalled nearly always at a
+/// pc in libc, where it cannot be preempted, so a slice after the first
+/// refused signal its P is detached as for a blocked call. Another
+/// goroutine's sleeps then return, and stop-the-world (`set_max_procs`)
+/// completes. Before session 24 both hung at GOMAXPROCS=1 (a helper's
+/// file-reading program never finished).
+#[test]
+fn goroutine_computing_in_libc_gives_up_its_p() {
+    child(
+        "goroutine_computing_in_libc_gives_up_its_p",
+        &[ONE_P],
+        || {
+            // The failure is a hang: end it with a message.
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_secs(if qemu() { 120 } else { 20 }));
+                eprintln!("hung: the goroutine in libc kept the only P");
+                std::process::exit(3);
+            });
+            let path = std::env::temp_dir().join(format!("goro-libc-hog-{}", std::process::id()));
+            std::fs::write(&path, vec![7u8; 16 << 10]).unwrap();
+            for mode in ["memcpy", "fsread"] {
+                let detaches = goro::stats().retakes_detected;
+                let path = path.clone();
+                goro::run(move || {
+                    let stop = Arc::new(AtomicBool::new(false));
+                    let hog = goro::spawn({
+                        let stop = stop.clone();
+                        move || {
+                            let src = vec![1u8; 1 << 20];
+                            let mut dst = vec![0u8; 1 << 20];
+                            let mut n = 0usize;
+                            while !stop.load(Relaxed) {
+                                if mode == "memcpy" {
+                                    dst.copy_from_slice(std::hint::black_box(&src));
+                                    n += dst[n % (1 << 20)] as usize;
+                                } else {
+                                    n += std::fs::read(&path).unwrap().len();
+                                }
+                                std::hint::black_box(n);
+                            }
+                        }
+                    });
+                    // The hog starts running when main first parks. Each
+                    // sleep needs the P back: a signal that lands in the
+                    // hog's own code preempts it normally instead, but
+                    // not 20 times in a row (once detached, it stays so).
+                    for _ in 0..20 {
+                        goro::time::sleep(Duration::from_millis(1));
+                    }
+                    assert_eq!(goro::set_max_procs(2), 1);
+                    assert_eq!(goro::set_max_procs(1), 2);
+                    stop.store(true, Relaxed);
+                    hog.join().unwrap();
+                });
+                assert!(
+                    goro::stats().retakes_detected > detaches,
+                    "{mode}: the P was not detached"
+                );
+            }
+            let _ = std::fs::remove_file(&path);
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Signals that are not goro's.
 
