@@ -168,8 +168,27 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
     }
     // Lock order: by channel address (Go sorts by hchan address too), ties
     // in poll order so the queueing order on one channel is random too.
-    lockorder.copy_from_slice(pollorder);
-    lockorder.sort_by_key(|&i| cases[i].c as usize);
+    if n <= 16 {
+        // Unique keys (address above, poll position below) in a stack
+        // array, insertion-sorted: `sort_by_key` through `cases` was 14% of
+        // a 10-case dispatcher loop's CPU (a helper's h11 `dispatch`).
+        let mut keys = [0u128; 16];
+        for (pos, &i) in pollorder.iter().enumerate() {
+            let k = ((cases[i].c as usize as u128) << 64) | pos as u128;
+            let mut j = pos;
+            while j > 0 && keys[j - 1] > k {
+                keys[j] = keys[j - 1];
+                j -= 1;
+            }
+            keys[j] = k;
+        }
+        for (slot, k) in lockorder.iter_mut().zip(keys.iter()) {
+            *slot = pollorder[*k as u64 as usize];
+        }
+    } else {
+        lockorder.copy_from_slice(pollorder);
+        lockorder.sort_by_key(|&i| cases[i].c as usize);
+    }
 
     if n == 0 {
         return if !block {
