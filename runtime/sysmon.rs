@@ -161,7 +161,7 @@ fn thread_cputime(mp: *mut crate::m::M) -> i64 {
 }
 
 /// CPU time (ns) that a G asked to yield (its flag set) gets to reach a
-/// check point before sysmon sends SIGURG: 50 µs, or a quarter of a
+/// check point before sysmon sends SIGURG: 1 ms, or a quarter of a
 /// shorter time slice. Go signals at once: its flag is checked at every
 /// function prologue and nearly always wins. goro's check points are its
 /// runtime entries (channel, select, spawn, goro::sync calls), rarer in
@@ -174,9 +174,17 @@ fn thread_cputime(mp: *mut crate::m::M) -> i64 {
 /// check (measured: a lock loop at GOMAXPROCS=1 beside two CPU hogs took
 /// 55% of its preemptions asynchronously with the signal sent at once,
 /// 33% with 50 µs and 40% with 1 ms of wall-clock grace, 0 with this). A loop with
-/// no check point runs up to 50 µs of CPU longer; a thread that gets no
+/// no check point runs up to 1 ms of CPU longer; a thread that gets no
 /// CPU for a whole time slice after the request is signalled anyway.
-const PREEMPT_GRACE_NS: i64 = 50_000;
+/// 1 ms rather than session 23's 50 µs: in pinned mode (the default) an
+/// asynchronous preemption hands the P to another thread and back, and
+/// with both CPUs busy the woken thread waited up to 4 ms for one (perf
+/// sched). Workers computing 0.3 ms between channel operations (a
+/// parallel Mandelbrot, 8 workers on 2 Ps) were all preempted by signal
+/// and lost 12-20% of their wall time to those waits: 0.121-0.138 s
+/// against Go's 0.110-0.113 s; with 1 ms they yield at their next channel
+/// operation, 0.112-0.117 s.
+const PREEMPT_GRACE_NS: i64 = 1_000_000;
 
 /// Rounds without a P hand-off after which sysmon's sleep starts doubling
 /// from 20 µs (Go's sysmon: 50).
