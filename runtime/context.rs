@@ -235,6 +235,16 @@ pub fn with_deadline(parent: &Context, deadline: Instant) -> (Context, CancelFun
         cancel(&ctx.inner, true, ContextError::DeadlineExceeded);
         return (ctx, cancel_fn);
     }
+    // The timer holds a weak reference: a context nobody holds any more is
+    // freed before its deadline (the timer then does nothing). Armed
+    // outside the context's lock: adding a timer may drop other timers'
+    // closures, whose destructors may do anything.
+    let w = Arc::downgrade(&ctx.inner);
+    let timer = crate::time::after_func(dur, move || {
+        if let Some(c) = w.upgrade() {
+            cancel(&c, true, ContextError::DeadlineExceeded);
+        }
+    });
     let state = ctx
         .inner
         .state
@@ -242,16 +252,13 @@ pub fn with_deadline(parent: &Context, deadline: Instant) -> (Context, CancelFun
         .expect("a derived context has state");
     let mut st = state.lock();
     if st.err.is_none() {
-        // The timer holds a weak reference: a context nobody holds any more
-        // is freed before its deadline (the timer then does nothing).
-        let w = Arc::downgrade(&ctx.inner);
-        st.timer = Some(crate::time::after_func(dur, move || {
-            if let Some(c) = w.upgrade() {
-                cancel(&c, true, ContextError::DeadlineExceeded);
-            }
-        }));
+        st.timer = Some(timer);
+        drop(st);
+    } else {
+        // Cancelled meanwhile (by its parent): nothing left to time.
+        drop(st);
+        timer.stop();
     }
-    drop(st);
     (ctx, cancel_fn)
 }
 
