@@ -156,6 +156,12 @@ pub(crate) struct M {
     /// (swapped to 0) by the handler. AcqRel/Acquire: the handler must see
     /// the request only after sysmon's decision; nothing else rides on it.
     pub(crate) preempt_req: AtomicU32,
+    /// Preemption signals the handler refused in a row because the pc was
+    /// outside the executable (libc, the vDSO, another shared library):
+    /// counted by the handler, reset by it when it preempts and by sysmon
+    /// when it asks a new G. Relaxed: sysmon's read only decides whether to
+    /// escalate to REQ_PREEMPT_OR_DETACH, which the handler re-checks.
+    pub(crate) foreign_refusals: AtomicU32,
     /// Set by the SIGURG handler when it detached this M's P because the M
     /// was blocked in the kernel in user code (an unguarded blocking call):
     /// the running G is then in an implicit syscall, and the next runtime
@@ -214,6 +220,7 @@ impl M {
             waitlock: Cell::new(ptr::null_mut()),
             locks: RelaxedI32::new(0),
             preempt_req: AtomicU32::new(0),
+            foreign_refusals: AtomicU32::new(0),
             detached: AtomicBool::new(false),
             lockedg: Cell::new(ptr::null_mut()),
             retired: Cell::new(false),
@@ -253,6 +260,7 @@ impl M {
             waitlock,
             locks,
             preempt_req,
+            foreign_refusals,
             detached,
             lockedg,
             retired,
@@ -275,6 +283,7 @@ impl M {
         waitlock.set(ptr::null_mut());
         locks.set(0);
         preempt_req.store(0, Ordering::Relaxed);
+        foreign_refusals.store(0, Ordering::Relaxed);
         detached.store(false, Ordering::Relaxed);
         lockedg.set(ptr::null_mut());
         retired.set(false);

@@ -106,6 +106,11 @@ impl PTick {
             // asked before yielded or parked, and a G from runnext
             // inherited the slice): ask the one running now, anew.
             crate::preempt::preempt_ask(p);
+            if !mp.is_null() {
+                // A new request: count its refusals afresh.
+                // SAFETY: Ms are never freed.
+                unsafe { (*mp).foreign_refusals.store(0, Ordering::Relaxed) };
+            }
             self.asked_m = mp as usize;
             self.signalled = 0;
             self.asked_last = now;
@@ -120,11 +125,18 @@ impl PTick {
             now - self.asked_last
         };
         if ran >= grace || overdue {
-            if overdue && self.signalled > 0 {
-                // Signalled and still running a whole slice after the
-                // first request: if its pc is outside the executable again
-                // (a loop that lives in libc: std::fs::read, large
-                // memcpys), the handler detaches its P instead.
+            let refusals = if mp.is_null() {
+                0
+            } else {
+                // SAFETY: Ms are never freed.
+                unsafe { (*mp).foreign_refusals.load(Ordering::Relaxed) }
+            };
+            if overdue && refusals >= crate::preempt::FOREIGN_REFUSALS_TO_DETACH {
+                // Still running a whole slice after the first request,
+                // every recent signal refused with the pc outside the
+                // executable (a loop that lives in libc: std::fs::read,
+                // large memcpys): if the pc is there again, the handler
+                // detaches its P instead.
                 crate::preempt::preempt_or_detach(p);
             } else {
                 crate::preempt::preemptone(p);
