@@ -104,13 +104,13 @@ pub enum PreemptMode {
 /// sysmon's requests to an M's SIGURG handler (`m.preempt_req`).
 pub(crate) const REQ_PREEMPT: u32 = 1;
 pub(crate) const REQ_DETACH: u32 = 2;
-/// REQ_PREEMPT for a G whose thread has refused it, with the pc outside
-/// the executable, FOREIGN_REFUSALS_TO_DETACH times in a row and for a
-/// whole time slice: if its pc is again outside the executable's code
-/// (libc, the vDSO, another shared library), where it cannot be stopped,
-/// its P is detached as for a blocked system call (Go treats every cgo
-/// call as one), and the G runs on without a P until its next runtime
-/// entry.
+/// REQ_PREEMPT, except that if the pc is outside the executable's code
+/// (libc, the vDSO, another shared library), where the G cannot be
+/// stopped, its P is detached as for a blocked system call (Go treats
+/// every cgo call as one), and the G runs on without a P until its next
+/// runtime entry. Sent for a G that has kept refusing REQ_PREEMPT: by
+/// sysmon after FOREIGN_REFUSALS_TO_DETACH refusals in a row and a whole
+/// slice, by stop-the-world after 10 ms of waiting.
 pub(crate) const REQ_PREEMPT_OR_DETACH: u32 = 3;
 
 /// Refusals in a row (pc outside the executable) before sysmon escalates
@@ -149,9 +149,6 @@ pub(crate) static PREEMPT_SIGNALS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PREEMPT_REFUSED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PREEMPT_PINNED_LIMIT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static RETAKES_DETECTED: AtomicU64 = AtomicU64::new(0);
-/// Of RETAKES_DETECTED, those of REQ_PREEMPT_OR_DETACH (a G computing in
-/// foreign code).
-pub(crate) static DETACHES_FOREIGN: AtomicU64 = AtomicU64::new(0);
 pub(crate) static REACQUIRES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DETECT_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
 
@@ -228,14 +225,14 @@ fn pc_is_safe(pc: usize) -> bool {
 /// flag, and SIGURG to its M unless a request is already pending. Any
 /// thread (sysmon, stop-the-world). Returns whether a G was asked.
 pub(crate) fn preemptone(pp: &crate::p::P) -> bool {
-    preempt_request(pp, true)
+    request_p(pp, REQ_PREEMPT)
 }
 
 /// The first half of preemptone: the cooperative flag alone. sysmon asks
 /// this way first and signals only if the G has not yielded a grace
 /// period later (sysmon.rs, `PREEMPT_GRACE_NS`).
 pub(crate) fn preempt_ask(pp: &crate::p::P) -> bool {
-    preempt_request(pp, false)
+    request_p(pp, 0)
 }
 
 /// Whether the G running on `pp` has its preemption flag set (asked and
@@ -258,19 +255,18 @@ fn running_g(pp: &crate::p::P) -> *mut G {
     unsafe { (*mp).curg.get_acquire() }
 }
 
-/// preemptone for a G that has not yielded for a whole time slice after
-/// the first request: [`REQ_PREEMPT_OR_DETACH`]. Any thread (sysmon,
-/// stop-the-world).
+/// preemptone with [`REQ_PREEMPT_OR_DETACH`], for a G that has not
+/// yielded long after the first request (the caller's judgement: sysmon
+/// after a slice of refusals, stop-the-world after 10 ms). Any thread.
 pub(crate) fn preempt_or_detach(pp: &crate::p::P) -> bool {
-    let mp = pp.m.get();
-    // SAFETY: Ms are never freed.
-    !mp.is_null() && request_m_req(unsafe { &*mp }, REQ_PREEMPT_OR_DETACH)
+    request_p(pp, REQ_PREEMPT_OR_DETACH)
 }
 
-fn preempt_request(pp: &crate::p::P, signal: bool) -> bool {
+/// [`request_m_req`] for the M running `pp`, if any.
+fn request_p(pp: &crate::p::P, req: u32) -> bool {
     let mp = pp.m.get();
     // SAFETY: Ms are never freed.
-    !mp.is_null() && request_m(unsafe { &*mp }, signal)
+    !mp.is_null() && request_m_req(unsafe { &*mp }, req)
 }
 
 /// Sets the flag of the G running on `m` and, if `signal` (and async
@@ -362,13 +358,9 @@ pub(crate) unsafe fn on_signal(
             refuse();
             return;
         }
-        // Go's entersyscall on behalf of the blocked G: sysmon's retake
-        // hands the P off at its next tick.
         // SAFETY: this thread owns its M, its running G and its P, and the
         // interrupted code is not in a runtime critical section.
-        crate::syscall::reentersyscall(m, g, unsafe { &*pp });
-        m.detached.store(true, Ordering::Relaxed);
-        RETAKES_DETECTED.fetch_add(1, Ordering::Relaxed);
+        detach(m, g, unsafe { &*pp });
         return;
     }
     let detached = m.detached.load(Ordering::Relaxed);
@@ -392,10 +384,7 @@ pub(crate) unsafe fn on_signal(
             // in Go.
             // SAFETY: as for REQ_DETACH: this thread owns its M, its running
             // G and its P; m.locks == 0 and the pc is not in asm/.
-            crate::syscall::reentersyscall(m, g, unsafe { &*pp });
-            m.detached.store(true, Ordering::Relaxed);
-            RETAKES_DETECTED.fetch_add(1, Ordering::Relaxed);
-            DETACHES_FOREIGN.fetch_add(1, Ordering::Relaxed);
+            detach(m, g, unsafe { &*pp });
             return;
         }
     }
@@ -453,6 +442,17 @@ pub(crate) unsafe fn on_signal(
 
 fn refuse() {
     PREEMPT_REFUSED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Go's entersyscall on behalf of the interrupted G (blocked in the kernel,
+/// or computing in foreign code): sysmon's retake hands the P off at its
+/// next tick, and the G reacquires one at its next runtime entry. Handler
+/// only; the caller owns `m`, its running `g` and its P `pp`, outside any
+/// runtime critical section.
+fn detach(m: &M, g: &G, pp: &crate::p::P) {
+    crate::syscall::reentersyscall(m, g, pp);
+    m.detached.store(true, Ordering::Relaxed);
+    RETAKES_DETECTED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Copies the kernel's signal frame below `sp` (and the red zone) and

@@ -981,8 +981,8 @@ pub(crate) fn wake_netpoller(when: i64) {
 /// time slice is over, so whatever this P runs next starts a new one,
 /// even a G from runnext, which would otherwise inherit the expired slice.
 /// Not in Go, whose sysmon then sleeps up to 10 ms; goro's looks again
-/// within 50 µs to 1 ms of a preemption and found the successor already
-/// over its slice: in TestPingPongHog under qemu the light pair, put back
+/// within its grace (50 µs when this was measured, 1 ms since session 24)
+/// and found the successor already over its slice: in TestPingPongHog under qemu the light pair, put back
 /// at runnext by the pinned hog's hand-off (`handoff_to_locked`), or the
 /// main goroutine readied there by a timer, was asked to yield 0.1–0.3 ms
 /// into each turn (hog:light 7–58 to 1, against about 1 before session

@@ -85,6 +85,8 @@ impl PTick {
         let slice = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
         let grace = PREEMPT_GRACE_NS.min(slice / 4);
         let mp = p.m.get();
+        // SAFETY: Ms are never freed.
+        let m = unsafe { mp.as_ref() };
         if crate::preempt::ASYNC_ONLY.load(Ordering::Relaxed) {
             crate::preempt::preemptone(p);
             return now + grace;
@@ -106,10 +108,9 @@ impl PTick {
             // asked before yielded or parked, and a G from runnext
             // inherited the slice): ask the one running now, anew.
             crate::preempt::preempt_ask(p);
-            if !mp.is_null() {
+            if let Some(m) = m {
                 // A new request: count its refusals afresh.
-                // SAFETY: Ms are never freed.
-                unsafe { (*mp).foreign_refusals.store(0, Ordering::Relaxed) };
+                m.foreign_refusals.store(0, Ordering::Relaxed);
             }
             self.asked_m = mp as usize;
             self.signalled = 0;
@@ -125,12 +126,7 @@ impl PTick {
             now - self.asked_last
         };
         if ran >= grace || overdue {
-            let refusals = if mp.is_null() {
-                0
-            } else {
-                // SAFETY: Ms are never freed.
-                unsafe { (*mp).foreign_refusals.load(Ordering::Relaxed) }
-            };
+            let refusals = m.map_or(0, |m| m.foreign_refusals.load(Ordering::Relaxed));
             if overdue && refusals >= crate::preempt::FOREIGN_REFUSALS_TO_DETACH {
                 // Still running a whole slice after the first request,
                 // every recent signal refused with the pc outside the
@@ -143,9 +139,9 @@ impl PTick {
             }
             // A signal the handler refused (the pc in libc or the vDSO, a
             // runtime critical section, the pinned limit) is sent again
-            // after 50 µs, 100 µs, ... then every millisecond (a quarter
-            // of a shorter slice), as sysmon's attentive tick did before
-            // the grace: re-sending every 50 µs cost sysmon a fifth of a
+            // after the grace, doubling, at most every millisecond (a
+            // quarter of a shorter slice): with the default slice, every
+            // millisecond. Re-sending every 50 µs cost sysmon a fifth of a
             // CPU beside a loop inside libc.
             let cap = (slice / 4).clamp(grace, 1_000_000);
             self.asked_next = now + (grace << self.signalled.min(5)).min(cap);

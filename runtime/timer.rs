@@ -312,25 +312,11 @@ fn next_tick(when: i64, now: i64, period: i64) -> i64 {
 /// of an `after_func` timer (stopped, its handle dropped), dropping it runs
 /// the user's closure's destructor, which may block on goro objects. Where
 /// that cannot park — on g0, where timers run, or inside a runtime critical
-/// section, where `Timers::add` purges stale entries — it is done in a new
-/// goroutine. (Racy: if the handle is dropped at the same moment, the
+/// section (see [`Purged`]) — it is done in a new goroutine. (Racy: if the handle is dropped at the same moment, the
 /// destructor may still run here; it then must not park, like any code on
 /// g0.)
 fn release(t: Arc<TimerCore>) {
-    if must_defer_release(&t) {
-        // On failure the closure, and `t` with it, is dropped here anyway.
-        let _ = crate::proc::spawn_with(move || drop(t), None, None);
-        return;
-    }
-    drop(t);
-}
-
-/// Whether dropping `t` here would run an `after_func` closure's
-/// destructor where it must not park (see [`release`]).
-fn must_defer_release(t: &Arc<TimerCore>) -> bool {
-    matches!(t.kind, Kind::Func(_))
-        && Arc::strong_count(t) == 1
-        && (!crate::park::in_goroutine() || crate::m::in_critical_section())
+    release_all(core::iter::once(t));
 }
 
 /// User timers a heap purge removed, released (see [`release_all`]) when
@@ -340,23 +326,30 @@ fn must_defer_release(t: &Arc<TimerCore>) -> bool {
 /// when it dropped the purged timers there, a server that arms and stops
 /// a timeout per request (Go's context.WithTimeout on after_func) spawned
 /// a goroutine per timer: 3-4x Go's time and 560-755 MB against Go's 8 MB.
+/// The heap entries themselves; only user timers' need releasing.
 #[must_use]
-pub(crate) struct Purged(Vec<Arc<TimerCore>>);
+pub(crate) struct Purged(Vec<Timer>);
 
 impl Drop for Purged {
     fn drop(&mut self) {
-        if !self.0.is_empty() {
-            release_all(self.0.drain(..));
-        }
+        release_all(self.0.drain(..).filter_map(|t| match t.action {
+            Action::User { t, .. } => Some(t),
+            _ => None,
+        }));
     }
 }
 
 /// [`release`] for many timers at once: those whose destructors cannot run
-/// here share one goroutine.
+/// here share one goroutine (allocating only if there are any).
 fn release_all(ts: impl Iterator<Item = Arc<TimerCore>>) {
     let mut deferred = Vec::new();
     for t in ts {
-        if must_defer_release(&t) {
+        // The last reference to an after_func timer, where its closure's
+        // destructor may not park.
+        if matches!(t.kind, Kind::Func(_))
+            && Arc::strong_count(&t) == 1
+            && (!crate::park::in_goroutine() || crate::m::in_critical_section())
+        {
             deferred.push(t);
         } else {
             drop(t);
@@ -500,13 +493,6 @@ impl Timers {
         self.timer0_when.store(h.t[0].when, Ordering::Relaxed);
         drop(h);
         drop(ml);
-        let purged = purged
-            .into_iter()
-            .filter_map(|t| match t.action {
-                Action::User { t, .. } => Some(t),
-                _ => None,
-            })
-            .collect();
         (first, Purged(purged))
     }
 

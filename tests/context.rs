@@ -135,7 +135,9 @@ fn cancel_before_deadline_is_canceled() {
         let (ctx, cancel) = with_timeout(&background(), Duration::from_millis(5));
         cancel.cancel();
         assert_eq!(ctx.err(), Some(ContextError::Canceled));
-        // The timer's own context, had it not been stopped, would now flip.
+        // Past the deadline (a later timer has fired): had the deadline's
+        // timer not been stopped, it would have cancelled again with
+        // DeadlineExceeded, which must not replace the first error.
         let (probe, _) = with_timeout(&background(), Duration::from_millis(10));
         assert!(probe.done().recv().is_err());
         assert_eq!(ctx.err(), Some(ContextError::Canceled));
