@@ -139,6 +139,10 @@ pub(crate) struct M {
     pub(crate) park: Note,
     /// Link in sched's idle M list (under sched.lock).
     pub(crate) schedlink: Cell<*mut M>,
+    /// CPU this M last went idle on (written by the M in stopm before it
+    /// joins the idle list, read by startm under sched.lock, which orders
+    /// the two); -1 unknown.
+    pub(crate) idle_cpu: Cell<i32>,
     /// Kernel thread id, for tgkill and /proc (atomic: read by sysmon).
     pub(crate) procid: AtomicI32,
     /// Per-M random state (Go's m.fastrand).
@@ -214,6 +218,7 @@ impl M {
             spinning: Cell::new(false),
             park: Note::new(),
             schedlink: Cell::new(ptr::null_mut()),
+            idle_cpu: Cell::new(-1),
             procid: AtomicI32::new(0),
             fastrand: Cell::new(fastrand_seed(id)),
             waitunlockf: Cell::new(None),
@@ -254,6 +259,7 @@ impl M {
             spinning,
             park,
             schedlink,
+            idle_cpu,
             procid,
             fastrand,
             waitunlockf,
@@ -277,6 +283,7 @@ impl M {
         spinning.set(false);
         park.clear();
         schedlink.set(ptr::null_mut());
+        idle_cpu.set(-1);
         procid.store(0, Ordering::Relaxed);
         fastrand.set(fastrand_seed(*id));
         waitunlockf.set(None);

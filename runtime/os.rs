@@ -84,6 +84,15 @@ pub(crate) fn gettid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
+/// The CPU the calling thread runs on (it may have moved by the time the
+/// caller looks), or -1 if the kernel cannot say. glibc reads it from the
+/// thread's rseq area or the vDSO: no system call.
+#[inline]
+pub(crate) fn getcpu() -> i32 {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
+    unsafe { libc::sched_getcpu() }
+}
+
 /// Sleeps the OS thread for `us` microseconds. Go's usleep.
 pub(crate) fn usleep(us: u64) {
     std::thread::sleep(Duration::from_micros(us));

@@ -374,6 +374,34 @@ impl Synced {
         }
     }
 
+    /// Go's mget, choosing among the first [`MGET_SCAN`] idle Ms one that
+    /// went idle on a CPU other than `cpu` (the caller's), else the most
+    /// recently idled M as Go does. Why: see "Which idle M" at [`startm`].
+    fn mget_away_from(&mut self, cpu: i32) -> *mut M {
+        let mut prev: *mut M = ptr::null_mut();
+        let mut mp = self.midle;
+        let mut n = 0;
+        while !mp.is_null() && n < MGET_SCAN {
+            // SAFETY: idle Ms are owned by the list under lock.
+            let m = unsafe { &*mp };
+            let next = m.schedlink.get();
+            if cpu >= 0 && m.idle_cpu.get() != cpu {
+                if prev.is_null() {
+                    self.midle = next;
+                } else {
+                    // SAFETY: prev is an earlier entry of the same list.
+                    unsafe { (*prev).schedlink.set(next) };
+                }
+                self.nmidle -= 1;
+                return mp;
+            }
+            prev = mp;
+            mp = next;
+            n += 1;
+        }
+        self.mget()
+    }
+
     /// Go's mget.
     fn mget(&mut self) -> *mut M {
         let mp = self.midle;
@@ -483,7 +511,9 @@ pub(crate) fn gcount() -> usize {
 /// unpooled size (above `stack::MAX_POOLED_STACK_SIZE`) goes back to the
 /// stack cache (`stack::free`: one madvise, one lock) and its G joins the
 /// default class stackless. (Cold pages of pooled stacks are returned to
-/// the OS later, off the hot path, by `scavenge_gfree`.) Owner P only.
+/// the OS later, off the hot path, by `scavenge_gfree`, except a stack of
+/// 1 MiB or more that its G used deeply: at once, `Stack::release_if_deep`.)
+/// Owner P only.
 pub(crate) fn gfput(pp: &P, gp: *mut G) {
     // SAFETY: gp is dead and owned by the caller.
     let g = unsafe { &*gp };
@@ -491,7 +521,10 @@ pub(crate) fn gfput(pp: &P, gp: *mut G) {
         // Relaxed: set once before the runtime starts (see `start`).
         let default = SCHED.stack_size.load(Ordering::Relaxed);
         if s.size() != default {
-            return gfput_sized(pp, gp, s.size(), default);
+            return gfput_sized(pp, gp, s, default);
+        }
+        if s.size() >= stack::DEEP_CHECK_MIN_SIZE {
+            s.release_if_deep();
         }
     }
     gfput_class(pp, gp, 0);
@@ -501,9 +534,12 @@ pub(crate) fn gfput(pp: &P, gp: *mut G) {
 /// list, or stackless to the default class if the size is unpooled.
 #[cold]
 #[inline(never)]
-fn gfput_sized(pp: &P, gp: *mut G, size: usize, default: usize) {
-    match stack::class_of(size, default) {
-        Some(c) => gfput_class(pp, gp, c),
+fn gfput_sized(pp: &P, gp: *mut G, s: stack::Stack, default: usize) {
+    match stack::class_of(s.size(), default) {
+        Some(c) => {
+            s.release_if_deep();
+            gfput_class(pp, gp, c)
+        }
         None => {
             // SAFETY: gp is dead and owned by the caller.
             let g = unsafe { &*gp };
@@ -662,6 +698,22 @@ pub(crate) fn wakep() {
 /// Go's startm: run `pp` (or an idle P if null) on an idle or new M. With
 /// `spinning`, the caller has already incremented nmspinning and the M
 /// starts spinning; if no P is available the increment is undone.
+///
+/// # Which idle M (a departure from Go)
+///
+/// Go wakes the most recently idled M. Linux puts a woken thread on its
+/// previous CPU if that CPU is idle, and otherwise often on the waker's
+/// CPU, even while another CPU idles (wake-affine placement; with the
+/// last-level cache busy, SIS_UTIL skips the search for an idle CPU). The
+/// waker is running, so the woken M then waits there for the waker's time
+/// slice, up to a 4 ms tick, and the P it was handed stays idle. The most
+/// recently idled M is often exactly the one that went idle on the
+/// waker's CPU a moment earlier (the waker took that CPU when it slept),
+/// so goro prefers an idle M that slept on another CPU (`M::idle_cpu`,
+/// read with `getcpu`, ~20 ns, on paths that make a futex call anyway).
+/// Measured (docs/BENCHMARKS.md, session 25): 8 UDP ping-pong pairs at
+/// P=2 0.94x, 8 Unix-socket RPC clients 0.94x, HTTP c=100 1.05x req/s;
+/// no workload of h8/h9/h11 or the peers' micro rows worse.
 pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
     let mut s = SCHED.lock.lock();
     if pp.is_null() {
@@ -683,7 +735,7 @@ pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
             return;
         }
     }
-    let nmp = s.mget();
+    let nmp = s.mget_away_from(os::getcpu());
     if nmp.is_null() {
         drop(s);
         newm(pp, spinning);
@@ -696,6 +748,10 @@ pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
     drop(s);
     m.park.wakeup();
 }
+
+/// Idle Ms [`Synced::mget_away_from`] looks at: the list is LIFO, and
+/// Ms deeper in it slept long ago (their CPU tells little).
+const MGET_SCAN: usize = 4;
 
 /// Go's newm: create an OS thread for a new M that will run `pp` (with
 /// `spinning`, counted in nmspinning by the caller). Any thread. Does not
@@ -866,6 +922,7 @@ unsafe extern "C" fn mstart_g0(arg: *mut u8) -> ! {
 /// P. g0, without a P.
 pub(crate) fn stopm(m: &M) {
     debug_assert!(m.p.get().is_null() && !m.spinning.get());
+    m.idle_cpu.set(os::getcpu());
     {
         let mut s = SCHED.lock.lock();
         s.mput(m as *const M as *mut M);
@@ -2017,7 +2074,69 @@ pub(crate) fn scavenge_gfree(max: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::RandomOrder;
+    use super::{RandomOrder, Synced, MGET_SCAN};
+    use crate::m::M;
+    use core::ptr;
+
+    /// mget_away_from takes the first of the first MGET_SCAN idle Ms that
+    /// slept on another CPU, unlinks exactly that one, and falls back to
+    /// the LIFO head; nmidle stays exact.
+    #[test]
+    fn mget_away_from_prefers_another_cpu() {
+        let mut s = Synced {
+            runq_head: ptr::null_mut(),
+            runq_tail: ptr::null_mut(),
+            runqsize: 0,
+            pidle: ptr::null_mut(),
+            midle: ptr::null_mut(),
+            nmidle: 0,
+            mnext: 0,
+            stopwait: 0,
+        };
+        // Idle on CPUs (pushed in this order; the list is LIFO):
+        // m0:1, m1:0, m2:0, m3:1 -> list m3, m2, m1, m0.
+        let ms: Vec<*mut M> = (0..4).map(|i| M::new(1000 + i)).collect();
+        for (&mp, cpu) in ms.iter().zip([1, 0, 0, 1]) {
+            // SAFETY: fresh Ms owned by this test.
+            unsafe { (*mp).idle_cpu.set(cpu) };
+            s.mput(mp);
+        }
+        // From CPU 1: m3 slept there, m2 did not.
+        assert_eq!(s.mget_away_from(1), ms[2]);
+        assert_eq!(s.nmidle, 3);
+        // From CPU 0: the head m3 slept on CPU 1.
+        assert_eq!(s.mget_away_from(0), ms[3]);
+        // From CPU 0 again: m1 slept there, m0 did not.
+        assert_eq!(s.mget_away_from(0), ms[0]);
+        // Only m1 (CPU 0) left: the fallback takes it anyway.
+        assert_eq!(s.mget_away_from(0), ms[1]);
+        assert_eq!(s.nmidle, 0);
+        assert!(s.mget_away_from(0).is_null());
+        // An unknown CPU (-1) takes the head, as Go's mget.
+        for &mp in &ms {
+            s.mput(mp);
+        }
+        assert_eq!(s.mget_away_from(-1), ms[3]);
+        // Past MGET_SCAN entries the head is taken even if a later M fits.
+        let mut t = Synced {
+            midle: ptr::null_mut(),
+            nmidle: 0,
+            ..s
+        };
+        let extra: Vec<*mut M> = (0..MGET_SCAN as i64 + 1)
+            .map(|i| M::new(2000 + i))
+            .collect();
+        for (k, &mp) in extra.iter().enumerate() {
+            // SAFETY: as above. The first pushed (deepest) is on CPU 1.
+            unsafe { (*mp).idle_cpu.set(if k == 0 { 1 } else { 0 }) };
+            t.mput(mp);
+        }
+        assert_eq!(t.mget_away_from(0), extra[MGET_SCAN]);
+        for mp in ms.into_iter().chain(extra) {
+            // SAFETY: the Ms were never started and nothing refers to them.
+            drop(unsafe { Box::from_raw(mp) });
+        }
+    }
 
     /// Go's TestStealOrder (RunStealOrderTest): for every P count up to
     /// 64 and many seeds, the steal order visits each P exactly once, and
