@@ -724,6 +724,11 @@ impl Builder {
         self
     }
 
+    /// The name and stack size, for the other spawn paths (scoped).
+    pub(crate) fn into_parts(self) -> (Option<usize>, Option<Box<str>>) {
+        (self.stack_size, self.name.map(String::into_boxed_str))
+    }
+
     /// Spawns the goroutine (Go's `go` statement), from a goroutine or a
     /// plain thread. Errors: an impossible stack size (`InvalidInput`), or
     /// its stack could not be mapped (the OS error); nothing is spawned then.
