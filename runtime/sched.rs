@@ -715,6 +715,9 @@ pub(crate) fn wakep() {
 /// P=2 0.94x, 8 Unix-socket RPC clients 0.94x, HTTP c=100 1.05x req/s;
 /// no workload of h8/h9/h11 or the peers' micro rows worse.
 pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
+    // Read before the lock: without rseq or a vDSO getcpu (aarch64 with an
+    // older glibc) it is a system call.
+    let cpu = os::getcpu();
     let mut s = SCHED.lock.lock();
     if pp.is_null() {
         pp = s.pidleget();
@@ -735,7 +738,7 @@ pub(crate) fn startm(mut pp: *mut P, spinning: bool) {
             return;
         }
     }
-    let nmp = s.mget_away_from(os::getcpu());
+    let nmp = s.mget_away_from(cpu);
     if nmp.is_null() {
         drop(s);
         newm(pp, spinning);
