@@ -801,6 +801,12 @@ pub mod __private {
         crate::sched::FINDRUNNABLE_DELAYS.load(core::sync::atomic::Ordering::SeqCst)
     }
 
+    /// /proc probes sysmon has made of detached Ms (test hook: the scan of
+    /// Ms detached by blocking detection is bounded).
+    pub fn detached_probes() -> u64 {
+        crate::sysmon::DETACHED_PROBES.load(core::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.
     pub fn timers_pending() -> usize {

@@ -7,7 +7,7 @@ use crate::g::G;
 use crate::p::P;
 use core::cell::Cell;
 use core::ptr;
-use core::sync::atomic::{compiler_fence, AtomicBool, AtomicI32, AtomicU32, Ordering};
+use core::sync::atomic::{compiler_fence, AtomicBool, AtomicI32, AtomicI64, AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Maximum number of Ms (Go's sched.maxmcount default).
@@ -166,6 +166,11 @@ pub(crate) struct M {
     /// when it asks a new G. Relaxed: sysmon's read only decides whether to
     /// escalate to REQ_PREEMPT_OR_DETACH, which the handler re-checks.
     pub(crate) foreign_refusals: AtomicU32,
+    /// sysmon's next probe of this M while it is detached (ns, nanotime),
+    /// and the gap it backs off to: sysmon-only bookkeeping for
+    /// `signal_detached_running`. Relaxed: only sysmon reads and writes it.
+    pub(crate) detached_probe_at: AtomicI64,
+    pub(crate) detached_probe_gap: AtomicI64,
     /// Set by the SIGURG handler when it detached this M's P because the M
     /// was blocked in the kernel in user code (an unguarded blocking call):
     /// the running G is then in an implicit syscall, and the next runtime
@@ -226,6 +231,8 @@ impl M {
             locks: RelaxedI32::new(0),
             preempt_req: AtomicU32::new(0),
             foreign_refusals: AtomicU32::new(0),
+            detached_probe_at: AtomicI64::new(0),
+            detached_probe_gap: AtomicI64::new(0),
             detached: AtomicBool::new(false),
             lockedg: Cell::new(ptr::null_mut()),
             retired: Cell::new(false),
@@ -267,6 +274,8 @@ impl M {
             locks,
             preempt_req,
             foreign_refusals,
+            detached_probe_at,
+            detached_probe_gap,
             detached,
             lockedg,
             retired,
@@ -291,6 +300,8 @@ impl M {
         locks.set(0);
         preempt_req.store(0, Ordering::Relaxed);
         foreign_refusals.store(0, Ordering::Relaxed);
+        detached_probe_at.store(0, Ordering::Relaxed);
+        detached_probe_gap.store(0, Ordering::Relaxed);
         detached.store(false, Ordering::Relaxed);
         lockedg.set(ptr::null_mut());
         retired.set(false);

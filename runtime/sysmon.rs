@@ -265,6 +265,7 @@ fn sysmon() -> ! {
     };
     let mut shrinker = crate::shrink::Shrinker::new(start);
     let mut last_detached_scan = start;
+    let mut detached_cursor = 0usize;
     let mut last_counters = start;
     let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
     let mut last_activity = sched_activity();
@@ -398,7 +399,7 @@ fn sysmon() -> ! {
         }
         if now - last_detached_scan >= PROBE_EVERY_NS {
             last_detached_scan = now;
-            signal_detached_running();
+            signal_detached_running(now, &mut detached_cursor);
         }
         scavenger.tick(now);
         shrinker.tick(now);
@@ -653,28 +654,93 @@ fn detect_blocked(p: &crate::p::P) -> Option<bool> {
     Some(blocked)
 }
 
+/// /proc probes of detached Ms per scan (each an open, a read and a close
+/// of `/proc/self/task/<tid>/syscall`, 10-20 µs).
+const DETACHED_PROBES_PER_SCAN: usize = 16;
+
+/// Longest gap between two probes of one detached M that was found blocked
+/// (ns): a G that returns from a long-blocked call and computes without a
+/// P is found within about this long.
+const DETACHED_PROBE_MAX_GAP_NS: i64 = 1_000_000_000;
+
+/// /proc probes of detached Ms so far (test hook
+/// `__private::detached_probes`; only grows).
+pub(crate) static DETACHED_PROBES: AtomicU64 = AtomicU64::new(0);
+
 /// A detached M whose G computes again (its thread is not in the kernel)
 /// is signalled to take a P back (preempt::on_signal).
-fn signal_detached_running() {
+///
+/// Bounded: at most [`DETACHED_PROBES_PER_SCAN`] probes per scan, taken in
+/// turn from where the last scan stopped, and an M found still blocked is
+/// probed again only after a gap that doubles from `PROBE_EVERY_NS` up to
+/// [`DETACHED_PROBE_MAX_GAP_NS`]. Before (h14): every detached M was probed
+/// every 200 µs, so 1,000 goroutines parked in unwrapped socket or pipe
+/// reads (a std::net server's idle connections) kept sysmon busy for
+/// 440-680 ms of CPU per second, and with sysmon saturated, handing each
+/// blocked P off took long enough that spawning 2,000 such readers took
+/// 4.8-59 s at GOMAXPROCS=1 (Go: 0.3-2.8 s).
+fn signal_detached_running(now: i64, cursor: &mut usize) {
     if !crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed) {
         return;
     }
     // No M is detached unless a detach is outstanding (each ends in exactly
-    // one reacquire): skip the scan (and its allocation) in the common case.
+    // one reacquire): skip the scan in the common case.
     // Relaxed: a stale count only delays the signal by one scan.
     if crate::preempt::RETAKES_DETECTED.load(Ordering::Relaxed)
         == crate::preempt::REACQUIRES.load(Ordering::Relaxed)
     {
         return;
     }
-    let ms: Vec<usize> = sched::ALLM.lock().clone();
-    for mp in ms {
+    let mut due = [core::ptr::null::<crate::m::M>(); DETACHED_PROBES_PER_SCAN];
+    let mut n = 0;
+    {
+        let all = sched::ALLM.lock();
+        let len = all.len();
+        let start = if *cursor < len { *cursor } else { 0 };
+        let mut next = start;
+        for k in 0..len {
+            let i = (start + k) % len;
+            // SAFETY: Ms are never freed.
+            let m = unsafe { &*(all[i] as *const crate::m::M) };
+            // Relaxed (all three): sysmon's own bookkeeping, and the
+            // detached flag is re-checked by the handler.
+            if !m.detached.load(Ordering::Relaxed) {
+                if m.detached_probe_gap.load(Ordering::Relaxed) != 0 {
+                    m.detached_probe_gap.store(0, Ordering::Relaxed);
+                    m.detached_probe_at.store(0, Ordering::Relaxed);
+                }
+                continue;
+            }
+            if m.detached_probe_at.load(Ordering::Relaxed) > now {
+                continue;
+            }
+            if n == DETACHED_PROBES_PER_SCAN {
+                next = i;
+                break;
+            }
+            due[n] = m;
+            n += 1;
+            next = i + 1;
+        }
+        *cursor = next;
+    }
+    // Relaxed: a statistic.
+    DETACHED_PROBES.fetch_add(n as u64, Ordering::Relaxed);
+    for &mp in &due[..n] {
         // SAFETY: Ms are never freed.
-        let m = unsafe { &*(mp as *const crate::m::M) };
-        if m.detached.load(Ordering::Relaxed)
-            && thread_in_syscall(m.procid.load(Ordering::Relaxed)) == Some(false)
-        {
-            crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT);
+        let m = unsafe { &*mp };
+        match thread_in_syscall(m.procid.load(Ordering::Relaxed)) {
+            Some(false) => {
+                m.detached_probe_gap.store(0, Ordering::Relaxed);
+                m.detached_probe_at.store(0, Ordering::Relaxed);
+                crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT);
+            }
+            _ => {
+                let gap = (m.detached_probe_gap.load(Ordering::Relaxed) * 2)
+                    .clamp(PROBE_EVERY_NS, DETACHED_PROBE_MAX_GAP_NS);
+                m.detached_probe_gap.store(gap, Ordering::Relaxed);
+                m.detached_probe_at.store(now + gap, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -1132,6 +1132,87 @@ fn goroutine_computing_in_libc_gives_up_its_p() {
     );
 }
 
+/// Many goroutines parked in unwrapped blocking reads (a std::net server's
+/// idle connections): sysmon's checks of their detached Ms are bounded.
+/// Before session 25 every detached M's `/proc/self/task/<tid>/syscall`
+/// was read every 200 µs: with 1,000 such goroutines sysmon used 440-680
+/// ms of CPU per second, and handing off each newly blocked P took so long
+/// that spawning 2,000 readers took up to 59 s at GOMAXPROCS=1 (h14). Now
+/// an M found blocked is probed again after a doubling gap (200 µs to 1
+/// s), at most 16 per scan: over a window of W the probes stay below
+/// N × (log2(W / 200 µs) + 3). The bound grows with the measured window,
+/// so a slow machine cannot break it; before, a 300 ms window saw tens of
+/// thousands.
+#[test]
+fn detached_blocked_threads_are_probed_with_backoff() {
+    child(
+        "detached_blocked_threads_are_probed_with_backoff",
+        &[ONE_P],
+        || {
+            use std::io::{Read, Write};
+            use std::os::fd::FromRawFd;
+            let n = if qemu() { 50 } else { 200 };
+            goro::run(move || {
+                let mut writers = Vec::new();
+                let mut readers = Vec::new();
+                for _ in 0..n {
+                    let mut fds = [0; 2];
+                    // SAFETY: fds is a valid array of two ints.
+                    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+                    // SAFETY: pipe just returned these fds; each File owns one.
+                    let (mut r, w) = unsafe {
+                        (
+                            std::fs::File::from_raw_fd(fds[0]),
+                            std::fs::File::from_raw_fd(fds[1]),
+                        )
+                    };
+                    writers.push(w);
+                    readers.push(goro::spawn(move || {
+                        let mut b = [0u8; 1];
+                        r.read(&mut b).unwrap()
+                    }));
+                }
+                // Wait (polling a counter, not timing) until every reader's
+                // P has been detached: one detach per reader.
+                while goro::stats().retakes_detected < n as u64 {
+                    goro::time::sleep(Duration::from_millis(5));
+                }
+                // A busy P keeps sysmon ticking (an idle process lets it
+                // sleep, and the scan with it).
+                let stop = Arc::new(AtomicBool::new(false));
+                let hog = goro::spawn({
+                    let stop = stop.clone();
+                    move || {
+                        let mut x = 0u64;
+                        while !stop.load(Relaxed) {
+                            x = std::hint::black_box(x + 1);
+                        }
+                    }
+                });
+                let p0 = goro::__private::detached_probes();
+                let t0 = Instant::now();
+                goro::time::sleep(Duration::from_millis(300));
+                let w = t0.elapsed();
+                let probes = goro::__private::detached_probes() - p0;
+                stop.store(true, Relaxed);
+                hog.join().unwrap();
+                let per_m = (w.as_nanos() as f64 / 200_000.0).log2() + 3.0;
+                let bound = (n as f64 * per_m) as u64;
+                assert!(
+                    probes <= bound,
+                    "{probes} probes of {n} blocked Ms in {w:?} (bound {bound})"
+                );
+                for mut w in writers {
+                    w.write_all(&[1]).unwrap();
+                }
+                for r in readers {
+                    assert_eq!(r.join().unwrap(), 1);
+                }
+            })
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Signals that are not goro's.
 
