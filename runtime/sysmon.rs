@@ -61,6 +61,16 @@ struct PTick {
     /// wait, up to PROBE_BACKOFF_MAX; finding it blocked, or no probe for
     /// PROBE_BACKOFF_RESET_NS, resets it.
     probe_backoff: u8,
+    /// The last probe found this P's M blocked and asked for a detach:
+    /// the P's next G may be probed as soon as it has run
+    /// DETECT_AFTER_NS (not PROBE_EVERY_NS after this probe), and the P,
+    /// once in Syscall, is handed off at first sight (not after a whole
+    /// tick). A run of goroutines that each block in an unwrapped call
+    /// then costs about one sysmon tick each, as Go's syscalls do: with
+    /// the spacing and the extra tick, 200 goroutines in `thread::sleep`
+    /// at GOMAXPROCS=1 held a timer's goroutine, displaced from runnext
+    /// to the back of the queue, for 50-90 ms (Go: 5-21 ms; h14).
+    detach_asked: bool,
     /// When sysmon first set the flag of this P's G (without a signal) in
     /// the current slice (ns; 0: not yet). See PREEMPT_GRACE_NS.
     asked: i64,
@@ -539,7 +549,7 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
     let mut deadline = 0i64;
     for (i, t) in ticks.iter_mut().enumerate().take(sched::gomaxprocs()) {
         let p = sched::allp(i);
-        let s = p.status();
+        let mut s = p.status();
         let mut sysretake = false;
         if s == PStatus::Running || s == PStatus::Syscall {
             // schedtick is owner-written; a racy read only delays a request.
@@ -548,6 +558,11 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
                 t.schedtick = tick;
                 t.schedwhen = now;
                 t.asked = 0;
+                if t.detach_asked && s == PStatus::Running {
+                    // A new G since the detach: probe it on its own merits.
+                    t.detach_asked = false;
+                    t.probed = 0;
+                }
             } else {
                 let ran = now - t.schedwhen;
                 let slice_over = ran >= FORCE_PREEMPT_NS.load(Ordering::Relaxed);
@@ -565,6 +580,7 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
                             match detect_blocked(p) {
                                 Some(true) => {
                                     t.probe_backoff = 0;
+                                    t.detach_asked = true;
                                     true
                                 }
                                 Some(false) => {
@@ -576,6 +592,13 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
                         };
                     if detached {
                         n += 1;
+                        // The handler usually runs within microseconds:
+                        // wait that long and hand the P off in this tick
+                        // rather than the next (usleep(20) sleeps 70 µs or
+                        // more under Linux's timer slack).
+                        if wait_detached(p) {
+                            s = PStatus::Syscall;
+                        }
                     } else if slice_over {
                         let next = t.request_preempt(p, now);
                         if deadline == 0 || next < deadline {
@@ -601,9 +624,17 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
             if t.syscalltick != st {
                 t.syscalltick = st;
                 t.syscallwhen = now;
-                if !sysretake {
+                // A P we had detached is known to be blocked: no tick of
+                // waiting to see whether the call returns at once.
+                if !sysretake && !t.detach_asked {
                     continue;
                 }
+            }
+            if t.detach_asked {
+                // Once: a later syscall on this P follows Go's rule, and
+                // its next G may be probed without PROBE_EVERY_NS.
+                t.detach_asked = false;
+                t.probed = 0;
             }
             // Only for work that waits — Go also retakes when no M is
             // spinning or idle, which with one P turns a loop of short
@@ -632,6 +663,24 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
         deadline,
     }
 }
+
+/// After a detach request: spins up to DETACH_WAIT_NS for the handler to
+/// move `p` to Syscall. True if it did.
+fn wait_detached(p: &crate::p::P) -> bool {
+    let start = crate::os::nanotime();
+    loop {
+        if p.status() == crate::p::PStatus::Syscall {
+            return true;
+        }
+        if crate::os::nanotime() - start > DETACH_WAIT_NS {
+            return false;
+        }
+        crate::os::procyield(10);
+    }
+}
+
+/// How long sysmon waits for a detach it asked for (ns).
+const DETACH_WAIT_NS: i64 = 50_000;
 
 /// Blocking detection: if the M running `p` is blocked in a system call in
 /// user code, ask its SIGURG handler to detach the P (preempt.rs).
