@@ -83,7 +83,8 @@ pub fn sleep(d: Duration) {
     );
 }
 
-/// Ticker period in ns for `d`: at least 1 ns, `i64::MAX` if it overflows.
+/// Ticker period in ns for `d` (non-zero: callers check): at least 1 ns,
+/// `i64::MAX` if it overflows.
 fn period_of(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX).max(1)
 }
@@ -105,10 +106,25 @@ pub fn after(d: Duration) -> Receiver<Instant> {
 /// A channel that receives the time every `d` (Go's time.Tick): one buffer
 /// slot, first tick after one period, ticks dropped for slow readers. The
 /// ticker stops once every Receiver is dropped (Go 1.23 collects it too).
-/// A zero `d` is treated as 1 ns; an overflowing `d` never ticks.
+/// A zero `d` gives a channel that never receives (Go returns a nil
+/// channel, which blocks for ever); an overflowing `d` never ticks.
 pub fn tick(d: Duration) -> Receiver<Instant> {
+    if d.is_zero() {
+        return crate::chan::never();
+    }
     let t = Ticker::new(d);
     t.rx
+}
+
+/// Panics for a zero ticker period, with Go's message. Before session 25 a
+/// zero period meant 1 ns: a ticker built from a configuration value of 0
+/// fired without pause and kept a CPU busy even with nobody reading it
+/// (h14).
+#[track_caller]
+fn check_period(d: Duration, what: &str) {
+    if d.is_zero() {
+        panic!("non-positive interval for {what}");
+    }
 }
 
 /// A single-event timer (Go's time.Timer from time.NewTimer): after its
@@ -257,10 +273,16 @@ pub struct Ticker {
 }
 
 impl Ticker {
-    /// A ticker with period `d` (Go's time.NewTicker). Go panics on a
-    /// non-positive period; here a zero `d` is treated as 1 ns (as
-    /// [`tick`] does) and an overflowing `d` never ticks. Never blocks.
+    /// A ticker with period `d` (Go's time.NewTicker); an overflowing `d`
+    /// never ticks. Never blocks.
+    ///
+    /// Panics if `d` is zero ("non-positive interval for NewTicker", as Go;
+    /// tokio's `interval` panics too): such a ticker would fire without
+    /// pause. [`tick`] with a zero `d` returns a channel that never
+    /// receives instead.
+    #[track_caller]
     pub fn new(d: Duration) -> Ticker {
+        check_period(d, "NewTicker");
         let (c, rx) = senderless::<Instant>(1);
         let core = TimerCore::new(Kind::Chan(c), period_of(d));
         core.reset(d, None);
@@ -287,9 +309,13 @@ impl Ticker {
     }
 
     /// Stops the ticker and restarts it with period `d` (Go's
-    /// Ticker.Reset); the next tick arrives after `d`. Zero is treated as
-    /// 1 ns.
+    /// Ticker.Reset); the next tick arrives after `d`.
+    ///
+    /// Panics if `d` is zero ("non-positive interval for Ticker.Reset", as
+    /// Go); the ticker is left as it was.
+    #[track_caller]
     pub fn reset(&self, d: Duration) {
+        check_period(d, "Ticker.Reset");
         self.core.reset(d, Some(period_of(d)));
     }
 }

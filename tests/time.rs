@@ -1524,3 +1524,39 @@ fn stop_then_reset_later_reuses_the_queued_entry() {
         assert!(!t.stop(), "fired and received");
     });
 }
+
+/// A zero ticker period is a programming error, as in Go: `Ticker::new`
+/// and `Ticker::reset` panic with Go's message (a reset leaves the ticker
+/// ticking at its old period), and `tick(ZERO)` gives a channel that never
+/// receives (Go's nil channel). Before session 25 zero meant 1 ns: a
+/// ticker built from a configuration value of 0 kept a CPU busy even with
+/// nobody reading it (h14).
+#[test]
+fn zero_ticker_period_panics_or_never_ticks() {
+    run(|| {
+        let msg = |r: std::thread::Result<()>| -> String {
+            let p = r.expect_err("must panic");
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap()
+        };
+        let r = std::panic::catch_unwind(|| {
+            Ticker::new(Duration::ZERO);
+        });
+        assert_eq!(msg(r), "non-positive interval for NewTicker");
+        let t = Ticker::new(Duration::from_millis(1));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            t.reset(Duration::ZERO);
+        }));
+        assert_eq!(msg(r), "non-positive interval for Ticker.Reset");
+        t.recv();
+        t.recv();
+        let rx = tick(Duration::ZERO);
+        assert_eq!(rx.try_recv(), Err(goro::TryRecvError::Empty));
+        goro::select! {
+            recv(rx) -> _ => panic!("a zero-period tick channel received"),
+            recv(after(Duration::from_millis(20))) -> _ => {}
+        }
+    });
+}
