@@ -56,7 +56,10 @@
 //! - Gs waiting in `block_on`, in `sleep`, or on a descriptor never count
 //!   as deadlocked.
 //! - The check runs when the last M goes idle; a deadlock that forms while
-//!   an M stays busy elsewhere (a spinning user loop) is not reported.
+//!   an M stays busy elsewhere (a spinning user loop) is not reported. A
+//!   check held back only by condition 4 is re-run by sysmon while the
+//!   process stays idle (after 50 ms, doubling to 1 s), so a plain thread
+//!   that exits later does not leave the deadlock unreported.
 //!
 //! Off with `Config::deadlock_detection(false)` or `GODEBUG=gorodeadlock=0`.
 
@@ -136,6 +139,12 @@ pub(crate) fn checkdead(nmidle: i32, runqsize: i32) {
     if !ENABLED.load(Ordering::Relaxed) || crate::dump::QUIT_PENDING.load(Ordering::Relaxed) {
         return;
     }
+    // Relaxed: RECHECK_AT is sysmon's hint (below); cleared unless this
+    // check ends on condition 4 again.
+    let recheck = RECHECK_AT.load(Ordering::Relaxed) != 0;
+    if recheck {
+        RECHECK_AT.store(0, Ordering::Relaxed);
+    }
     // The epoch is read before everything else: a plain thread that parks
     // while we check changes it (rejected), so any plain thread counted as
     // parked below was parked during the whole check, and whatever it did
@@ -202,9 +211,51 @@ pub(crate) fn checkdead(nmidle: i32, runqsize: i32) {
     let others =
         OS_THREADS.load(Ordering::Relaxed) - M_THREADS.load(Ordering::Relaxed) + extra_threads();
     if tasks != mcount as i64 + others + p1 {
+        // Only an unaccounted thread stands between us and a report: it
+        // may exit while every M stays idle, and nothing would check
+        // again. sysmon re-runs the check while the process stays idle.
+        schedule_recheck(recheck);
         return reject(3);
     }
     report();
+}
+
+/// When sysmon should run `checkdead` again (nanotime; 0: no recheck
+/// pending), and the gap to the one after (doubling from
+/// RECHECK_FIRST_NS to RECHECK_MAX_NS while the verdict stays "a thread
+/// we cannot account for"). Go has no such case: its deadlock check counts
+/// only its own Ms. Before session 25 a plain thread that exited after the
+/// last goroutine parked left the program hanging where it should have
+/// reported (h14). Relaxed: a hint for sysmon; the check itself runs under
+/// sched.lock.
+static RECHECK_AT: AtomicI64 = AtomicI64::new(0);
+static RECHECK_GAP: AtomicI64 = AtomicI64::new(0);
+const RECHECK_FIRST_NS: i64 = 50_000_000;
+const RECHECK_MAX_NS: i64 = 1_000_000_000;
+
+fn schedule_recheck(again: bool) {
+    let gap = if again {
+        (RECHECK_GAP.load(Ordering::Relaxed) * 2).clamp(RECHECK_FIRST_NS, RECHECK_MAX_NS)
+    } else {
+        RECHECK_FIRST_NS
+    };
+    RECHECK_GAP.store(gap, Ordering::Relaxed);
+    RECHECK_AT.store(crate::os::nanotime() + gap, Ordering::Relaxed);
+}
+
+/// For sysmon while every P is idle: the time of a pending recheck
+/// (nanotime), or None.
+pub(crate) fn recheck_at() -> Option<i64> {
+    match RECHECK_AT.load(Ordering::Relaxed) {
+        0 => None,
+        t => Some(t),
+    }
+}
+
+/// sysmon: runs the pending recheck (under sched.lock, as from mput).
+/// Exits the process if the deadlock is now certain.
+pub(crate) fn recheck() {
+    crate::sched::checkdead_locked();
 }
 
 /// Threads that never act, declared by GORO_DEADLOCK_EXTRA_THREADS.

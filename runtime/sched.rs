@@ -921,6 +921,13 @@ unsafe extern "C" fn mstart_g0(arg: *mut u8) -> ! {
     schedule()
 }
 
+/// Runs the deadlock check under sched.lock with the idle-M and global
+/// queue counts, as `stopm`'s `mput` does (sysmon's recheck).
+pub(crate) fn checkdead_locked() {
+    let s = SCHED.lock.lock();
+    crate::deadlock::checkdead(s.nmidle, s.runqsize);
+}
+
 /// Go's stopm: put the M on the idle list and sleep until startm hands it a
 /// P. g0, without a P.
 pub(crate) fn stopm(m: &M) {

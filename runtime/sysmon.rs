@@ -321,12 +321,24 @@ fn sysmon() -> ! {
                 crate::os::usleep(20);
                 continue;
             }
+            // A deadlock check that only an unaccounted OS thread held
+            // back is run again: the thread may have exited since.
+            let mut recheck_cap = i64::MAX;
+            if let Some(at) = crate::deadlock::recheck_at() {
+                if at <= now {
+                    crate::deadlock::recheck();
+                }
+                if let Some(at) = crate::deadlock::recheck_at() {
+                    recheck_cap = (at - now).max(1_000_000);
+                }
+            }
             let cap = if sched::gfree_hot() {
                 (scavenger.last + SCAVENGE_PERIOD_NS - now).max(1_000_000)
             } else {
                 i64::MAX
             }
-            .min(shrink_cap);
+            .min(shrink_cap)
+            .min(recheck_cap);
             if sysmon_wait(cap) {
                 crate::waitreason::set_park_clock(crate::os::nanotime());
                 shrinker.woken();

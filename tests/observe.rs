@@ -46,6 +46,10 @@ const TESTS: &[Test] = &[
     ),
     ("deadlock_report", deadlock_report),
     ("deadlock_off", deadlock_off),
+    (
+        "deadlock_reported_after_plain_thread_exits",
+        deadlock_reported_after_plain_thread_exits,
+    ),
     ("no_deadlock_timer_pending", no_deadlock_timer_pending),
     ("no_deadlock_sleep_forever", no_deadlock_sleep_forever),
     (
@@ -170,6 +174,7 @@ fn child(name: &str) {
         "timer" => child_timer(),
         "sleep_forever" => child_sleep_forever(),
         "plain_sender" => child_plain_sender(),
+        "thread_exits_later" => child_thread_exits_later(),
         "blocking" => child_blocking(),
         "run_from_plain" => child_run_from_plain(),
         "trace_env" => child_trace_env(),
@@ -261,6 +266,27 @@ fn child_plain_sender() {
         goro::blocking(|| t.join().unwrap());
     });
     child_ok_after_rejection(before, &[3]);
+}
+
+/// The goroutines deadlock while a plain thread still lives (a possible
+/// waker, so the check that runs as the last M goes idle does not
+/// report); the thread exits, without touching goro, once it has seen
+/// such a check rejected on condition 4 (an unaccounted thread): polled,
+/// so the order is certain, not timed.
+fn child_thread_exits_later() {
+    let before = goro::__private::deadlock_rejections();
+    let t = std::thread::spawn(move || {
+        while goro::__private::deadlock_rejections()[3] == before[3] {
+            std::thread::sleep(Duration::from_millis(1)); // polling, not ordering
+        }
+    });
+    goro::run(|| {
+        let (tx, rx) = goro::chan::<u32>(0);
+        let _keep = tx;
+        let _ = rx.recv();
+    });
+    drop(t);
+    println!("not reached");
 }
 
 /// One goroutine sleeps in `goro::blocking` (status Syscall) then sends;
@@ -366,6 +392,29 @@ fn deadlock_report() {
     assert!(o.stderr.contains("\tname: \"waiter-a\""), "{}", o.stderr);
     assert!(!o.stdout.contains("not reached"));
     eprintln!("--- sample deadlock report:\n{}", o.stderr);
+}
+
+/// A plain thread that exits after the goroutines deadlocked no longer
+/// hides the deadlock: sysmon re-runs the check while the process stays
+/// idle (doubling from 50 ms). Before session 25 the program hung, since
+/// the only check ran when the last M went idle, while the thread still
+/// lived (h14; Go reports, as it counts only its own threads).
+fn deadlock_reported_after_plain_thread_exits() {
+    let o = spawn_child("thread_exits_later", &[], None);
+    assert_eq!(
+        o.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .starts_with("fatal error: all goroutines are asleep - deadlock!\n"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stdout.contains("not reached"));
 }
 
 /// With detection off the same program hangs (it is killed after 3 s, a
