@@ -215,6 +215,22 @@ fn report_goroutine_panic(
         out.push_str(&format!(" at {}:{}:{}", l.file(), l.line(), l.column()));
     }
     out.push_str(&format!(":\n{msg}\n"));
+    static REFCELL_NOTE_PRINTED: AtomicBool = AtomicBool::new(false);
+    if (msg.starts_with("RefCell already") || msg.starts_with("already borrowed"))
+        // Relaxed: a once-only flag, as NOTE_PRINTED.
+        && !REFCELL_NOTE_PRINTED.swap(true, Ordering::Relaxed)
+    {
+        // std's RefCell messages ("RefCell already borrowed", "RefCell
+        // already mutably borrowed", older "already borrowed: ..."). In a
+        // goroutine the usual cause is a thread_local! borrow held across
+        // a switch point, which std's bare message does not suggest (h14).
+        out.push_str(
+            "note: a goroutine may resume on another OS thread after a channel operation, \
+             sleep, yield, lock or goro::net call; a `thread_local!` RefCell (or std's \
+             stdout lock) borrowed across one is shared with whatever else runs on that \
+             thread. Use `goro::goroutine_local!` for per-goroutine state.\n",
+        );
+    }
     let bt = std::backtrace::Backtrace::capture();
     if bt.status() == std::backtrace::BacktraceStatus::Captured {
         out.push_str(&format!("stack backtrace:\n{bt}\n"));

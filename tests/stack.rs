@@ -222,6 +222,16 @@ fn overflow_child() {
                     goro::sync::WaitGroup::new().done();
                 });
                 assert!(h.join().is_err());
+                // Two RefCell borrow panics: the hint about thread-locals
+                // across switch points is printed once.
+                for _ in 0..2 {
+                    let h = goro::spawn(|| {
+                        let c = std::cell::RefCell::new(0);
+                        let _b = c.borrow();
+                        *c.borrow_mut() += 1;
+                    });
+                    assert!(h.join().is_err());
+                }
             });
             let t = std::thread::Builder::new()
                 .name("plain".into())
@@ -1117,6 +1127,16 @@ fn goroutine_panic_report_names_it() {
     assert!(
         !stderr.contains("thread '<unnamed>'"),
         "std's thread report for a goroutine; stderr:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("RefCell already").count(),
+        2,
+        "two RefCell panics; stderr:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("Use `goro::goroutine_local!`").count(),
+        1,
+        "the thread-local hint, once; stderr:\n{stderr}"
     );
     assert_eq!(
         stderr.matches("thread 'plain'").count(),
