@@ -206,16 +206,7 @@ pub(crate) struct Sched {
 
 /// The scheduler singleton.
 pub(crate) static SCHED: Sched = Sched {
-    lock: Mutex::new(Synced {
-        runq_head: ptr::null_mut(),
-        runq_tail: ptr::null_mut(),
-        runqsize: 0,
-        pidle: ptr::null_mut(),
-        midle: ptr::null_mut(),
-        nmidle: 0,
-        mnext: 0,
-        stopwait: 0,
-    }),
+    lock: Mutex::new(Synced::new()),
     nmspinning: AtomicI32::new(0),
     npidle: AtomicI32::new(0),
     runqsize: AtomicI32::new(0),
@@ -261,6 +252,20 @@ pub(crate) fn gomaxprocs() -> usize {
 // Global run queue (under sched.lock).
 
 impl Synced {
+    /// Empty queues and lists.
+    const fn new() -> Synced {
+        Synced {
+            runq_head: ptr::null_mut(),
+            runq_tail: ptr::null_mut(),
+            runqsize: 0,
+            pidle: ptr::null_mut(),
+            midle: ptr::null_mut(),
+            nmidle: 0,
+            mnext: 0,
+            stopwait: 0,
+        }
+    }
+
     /// Go's globrunqput.
     pub(crate) fn globrunqput(&mut self, gp: *mut G) {
         // SAFETY: gp is a runnable G owned by the caller until queued.
@@ -2093,16 +2098,7 @@ mod tests {
     /// the LIFO head; nmidle stays exact.
     #[test]
     fn mget_away_from_prefers_another_cpu() {
-        let mut s = Synced {
-            runq_head: ptr::null_mut(),
-            runq_tail: ptr::null_mut(),
-            runqsize: 0,
-            pidle: ptr::null_mut(),
-            midle: ptr::null_mut(),
-            nmidle: 0,
-            mnext: 0,
-            stopwait: 0,
-        };
+        let mut s = Synced::new();
         // Idle on CPUs (pushed in this order; the list is LIFO):
         // m0:1, m1:0, m2:0, m3:1 -> list m3, m2, m1, m0.
         let ms: Vec<*mut M> = (0..4).map(|i| M::new(1000 + i)).collect();
