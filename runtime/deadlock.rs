@@ -206,6 +206,9 @@ pub(crate) fn checkdead(nmidle: i32, runqsize: i32) {
     let p2 = PLAIN_PARKED.load(Ordering::SeqCst);
     let e2 = PARK_EPOCH.load(Ordering::SeqCst);
     if e1 != e2 || p1 != p2 {
+        // A plain thread parked or woke during the check: look again
+        // later too (it may have been the last one to park).
+        schedule_recheck(recheck);
         return reject(3);
     }
     let others =
