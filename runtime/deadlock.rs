@@ -255,12 +255,6 @@ pub(crate) fn recheck_at() -> Option<i64> {
     }
 }
 
-/// sysmon: runs the pending recheck (under sched.lock, as from mput).
-/// Exits the process if the deadlock is now certain.
-pub(crate) fn recheck() {
-    crate::sched::checkdead_locked();
-}
-
 /// Threads that never act, declared by GORO_DEADLOCK_EXTRA_THREADS.
 fn extra_threads() -> i64 {
     std::env::var("GORO_DEADLOCK_EXTRA_THREADS")

@@ -126,15 +126,12 @@ pub(crate) const fn class_size(c: usize) -> usize {
 
 /// Stacks of at least this many usable bytes (1 MiB) are checked for deep
 /// use when their goroutine exits ([`Stack::release_if_deep`]).
-pub(crate) const DEEP_CHECK_MIN_SIZE: usize = 1 << 20;
+const DEEP_CHECK_MIN_SIZE: usize = 1 << 20;
 
 /// Depth below the top (256 KiB, the default stack size) at which a dying
 /// goroutine's stack is probed: used that deep, its cold pages are
 /// returned to the OS at once.
 const DEEP_PROBE_BYTES: usize = 256 << 10;
-
-/// Deep stacks released at goroutine exit (statistics; only grows).
-pub(crate) static DEEP_RELEASES: AtomicUsize = AtomicUsize::new(0);
 
 /// `MADV_GUARD_INSTALL` (Linux 6.13, include/uapi/asm-generic/mman-common.h).
 const MADV_GUARD_INSTALL: libc::c_int = 102;
@@ -180,7 +177,7 @@ impl Stack {
     /// For a stack whose goroutine has just died: if the goroutine went
     /// deeper than [`DEEP_PROBE_BYTES`] (or an earlier one did and the
     /// pages are still resident), returns the cold pages to the OS now
-    /// ([`Stack::release_cold`]) and says so.
+    /// ([`Stack::release_cold`]).
     ///
     /// Why at exit: a goroutine does not reuse a dead one's stack until it
     /// is spawned, so a program that spawns many goroutines with large
@@ -201,10 +198,16 @@ impl Stack {
     /// default 256 KiB stacks are not probed (a spawn-heavy program would
     /// pay the first-read fault per stack, and such a stack holds at most
     /// 256 KiB).
-    pub(crate) fn release_if_deep(&self) -> bool {
-        if self.size() < DEEP_CHECK_MIN_SIZE {
-            return false;
+    #[inline]
+    pub(crate) fn release_if_deep(&self) {
+        if self.size() >= DEEP_CHECK_MIN_SIZE {
+            self.release_if_deep_slow();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_if_deep_slow(&self) {
         let page = os::page_size();
         let probe = (self.hi - DEEP_PROBE_BYTES) & !(page - 1);
         // SAFETY: [probe, probe + page) lies inside [lo, hi) (size >= 1
@@ -212,12 +215,9 @@ impl Stack {
         // goroutine that used this stack is dead, so nothing writes it
         // while we read.
         let words = unsafe { core::slice::from_raw_parts(probe as *const u64, page / 8) };
-        if words.iter().all(|&w| w == 0) {
-            return false;
+        if words.iter().any(|&w| w != 0) {
+            self.release_cold();
         }
-        self.release_cold();
-        DEEP_RELEASES.fetch_add(1, Ordering::Relaxed); // statistics only
-        true
     }
 
     /// Releases the dead part of a parked goroutine's stack (the stack
