@@ -40,12 +40,18 @@ pub const COPY_BUF_SIZE: usize = 32 * 1024;
 /// `std::io::copy`): every byte read before the failing call has been
 /// handed to `w`, except that when `w` fails, an unknown prefix of the
 /// last chunk (at most 32 KiB) may or may not have been written. A
-/// caller that needs the exact count wraps `w` in a counting writer.
+/// caller that needs the exact count wraps `w` in a counting writer. On
+/// the splice path, bytes drained into the pipe but not yet written when
+/// `w` fails are lost with the pipe (at most 1 MiB; Go's splice loses
+/// them too).
 ///
 /// # Panics
 /// Only if `r` or `w` panics, or if `r` reports reading more bytes than
 /// the buffer holds (a broken `Read` impl).
 pub fn copy<R: Read + ?Sized, W: Write + ?Sized>(r: &mut R, w: &mut W) -> io::Result<u64> {
+    if let Some(res) = crate::net::splice::copy(r, w) {
+        return res;
+    }
     let mut buf = vec![0u8; COPY_BUF_SIZE];
     let mut written = 0u64;
     loop {

@@ -807,6 +807,12 @@ pub mod __private {
         crate::sysmon::DETACHED_PROBES.load(core::sync::atomic::Ordering::Relaxed)
     }
 
+    /// `goro::io::copy` calls that moved their bytes with splice(2) or
+    /// sendfile(2) (test hook).
+    pub fn kernel_copies() -> u64 {
+        crate::net::splice::KERNEL_COPIES.load(core::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Entries (live or stale) in all Ps' timer heaps: a test hook for the
     /// collection of unobservable timers. Racy snapshot.
     pub fn timers_pending() -> usize {

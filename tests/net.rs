@@ -1001,6 +1001,184 @@ fn io_copy_errors_and_interrupts() {
     });
 }
 
+/// `goro::io::copy` into a goro socket moves the bytes in the kernel
+/// (splice from a socket, sendfile from a file; Go's TCPConn.ReadFrom)
+/// with every byte, limit and offset right, and takes the buffered loop
+/// once SIGPIPE is no longer ignored. In a child process: the test reads
+/// the process-wide count of kernel copies and changes SIGPIPE's
+/// disposition.
+#[test]
+fn io_copy_in_the_kernel() {
+    let _w = common::watchdog();
+    run_child_test(
+        "kernel_copy_child",
+        "GORO_NET_KERNEL_COPY_CHILD",
+        "KERNEL-COPY-CHILD-OK",
+    );
+}
+
+/// The child half of `io_copy_in_the_kernel` (does nothing unless run by
+/// it).
+#[test]
+fn kernel_copy_child() {
+    let _w = common::watchdog();
+    if std::env::var("GORO_NET_KERNEL_COPY_CHILD").is_err() {
+        return;
+    }
+    let _w = init();
+    let copies = goro::__private::kernel_copies;
+    goro::run(move || {
+        // writer -> a1 ~> a2 --copy--> u1 ~> u2 --copy--> b1 ~> b2: TCP
+        // into Unix, Unix into TCP, each parking on both sides.
+        let (a1, a2) = tcp_pair();
+        let (u1, u2) = UnixStream::pair().unwrap();
+        let (b1, b2) = tcp_pair();
+        let len = scale(3 << 20) + 5;
+        let data = Arc::new(pattern(5, len));
+        let d2 = data.clone();
+        let k0 = copies();
+        let writer = goro::go!(move || {
+            (&a1).write_all(&d2).unwrap();
+            a1.shutdown(Shutdown::Write).unwrap();
+        });
+        let tcp_to_unix = goro::go!(move || {
+            let n = goro::io::copy(&mut &a2, &mut &u1).unwrap();
+            u1.shutdown(Shutdown::Write).unwrap();
+            n
+        });
+        let unix_to_tcp = goro::go!(move || {
+            let n = goro::io::copy(&mut &u2, &mut &b1).unwrap();
+            b1.shutdown(Shutdown::Write).unwrap();
+            (n, b1)
+        });
+        let mut got = Vec::with_capacity(len);
+        (&b2).read_to_end(&mut got).unwrap();
+        writer.join().unwrap();
+        assert_eq!(tcp_to_unix.join().unwrap(), len as u64);
+        let (n, _b1) = unix_to_tcp.join().unwrap();
+        assert_eq!(n, len as u64);
+        assert!(got == *data, "spliced bytes differ");
+        assert_eq!(copies() - k0, 2, "both copies in the kernel");
+
+        // io::Take (Go's io.LimitedReader): exactly the limit moves, the
+        // limit drops to 0, and the rest stays in the socket.
+        let (a1, a2) = tcp_pair();
+        let (b1, b2) = tcp_pair();
+        let d2 = data.clone();
+        let writer = goro::go!(move || {
+            (&a1).write_all(&d2).unwrap();
+            a1
+        });
+        let cut = len / 3 + 1;
+        let reader = goro::go!(move || {
+            let mut v = vec![0; cut];
+            (&b2).read_exact(&mut v).unwrap();
+            v
+        });
+        let k0 = copies();
+        let mut lim = (&a2).take(cut as u64);
+        assert_eq!(goro::io::copy(&mut lim, &mut &b1).unwrap(), cut as u64);
+        assert_eq!(lim.limit(), 0, "the Take's limit is spent");
+        assert_eq!(copies() - k0, 1, "a Take around a socket is spliced");
+        assert!(
+            reader.join().unwrap()[..] == data[..cut],
+            "bytes up to the limit"
+        );
+        let mut rest = vec![0; len - cut];
+        (&a2).read_exact(&mut rest).unwrap();
+        assert!(rest[..] == data[cut..], "the bytes past the limit stay");
+        drop(writer.join().unwrap());
+
+        // sendfile from a file's current offset, which it advances; a
+        // Take around a &File.
+        use std::io::{Seek, SeekFrom};
+        let path = std::env::temp_dir().join(format!("goro-sendfile-{}", std::process::id()));
+        std::fs::write(&path, &data[..]).unwrap();
+        let mut f = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f.seek(SeekFrom::Start(100)).unwrap();
+        let (b1, b2) = tcp_pair();
+        let reader = goro::go!(move || {
+            let mut v = Vec::new();
+            (&b2).read_to_end(&mut v).unwrap();
+            v
+        });
+        let k0 = copies();
+        assert_eq!(
+            goro::io::copy(&mut f, &mut &b1).unwrap(),
+            (len - 100) as u64
+        );
+        assert_eq!(f.stream_position().unwrap(), len as u64, "offset advanced");
+        f.seek(SeekFrom::Start(7)).unwrap();
+        assert_eq!(goro::io::copy(&mut (&f).take(10), &mut &b1).unwrap(), 10);
+        assert_eq!(copies() - k0, 2, "both file copies by sendfile");
+        b1.shutdown(Shutdown::Write).unwrap();
+        let got = reader.join().unwrap();
+        assert!(got[..len - 100] == data[100..], "sent file bytes differ");
+        assert!(got[len - 100..] == data[7..17], "bytes of the Take");
+
+        // A file the kernel will not sendfile from (a pipe) falls back to
+        // the buffered loop with nothing lost.
+        let (b1, b2) = tcp_pair();
+        let mut fds = [0; 2];
+        // SAFETY: fds is a valid array of two ints for pipe(2) to fill.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        use std::os::fd::FromRawFd;
+        // SAFETY: pipe(2) just returned these two descriptors; each is
+        // owned by exactly one File.
+        let (mut pr, mut pw) = unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        };
+        let feeder = std::thread::spawn(move || pw.write_all(b"through a pipe").unwrap());
+        let n = goro::blocking(move || goro::io::copy(&mut pr, &mut &b1)).unwrap();
+        feeder.join().unwrap();
+        assert_eq!(n, 14);
+        let mut v = [0; 14];
+        (&b2).read_exact(&mut v).unwrap();
+        assert_eq!(&v, b"through a pipe");
+
+        // A reset peer under a splice is that copy's error, not SIGPIPE
+        // (ignored, as in every Rust program).
+        let (a1, a2) = tcp_pair();
+        let (b1, b2) = tcp_pair();
+        let feeder = goro::go!(move || {
+            let chunk = vec![1u8; 64 << 10];
+            while (&a1).write_all(&chunk).is_ok() {}
+        });
+        reset(b2);
+        let e = goro::io::copy(&mut &a2, &mut &b1).unwrap_err();
+        assert!(
+            matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+            "{e}"
+        );
+        drop(a2);
+        feeder.join().unwrap();
+
+        // With SIGPIPE at its default (death), copy must not splice: the
+        // same reset is then an error of the buffered loop, and the
+        // process lives.
+        // SAFETY: setting a standard disposition for SIGPIPE; this child
+        // process runs only this test.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        let (a1, a2) = tcp_pair();
+        let (b1, b2) = tcp_pair();
+        let feeder = goro::go!(move || {
+            let chunk = vec![1u8; 64 << 10];
+            while (&a1).write_all(&chunk).is_ok() {}
+        });
+        reset(b2);
+        let k0 = copies();
+        assert!(goro::io::copy(&mut &a2, &mut &b1).is_err());
+        assert_eq!(copies(), k0, "no kernel copy without SIGPIPE ignored");
+        drop(a2);
+        feeder.join().unwrap();
+    });
+    println!("KERNEL-COPY-CHILD-OK");
+}
+
 /// The child half of `accept_loop_survives_emfile` (does nothing unless
 /// run by it).
 #[test]
@@ -1121,6 +1299,37 @@ fn run_child(
     (status, out.join().unwrap(), err.join().unwrap())
 }
 
+/// Runs this binary's test `name` alone in a child process with `env`
+/// set, and asserts that it exits successfully having printed `ok`;
+/// returns its stdout and stderr. For tests that change process-wide
+/// state (the fd table, a signal's disposition) or read process-wide
+/// counters.
+fn run_child_test(name: &str, env: &str, ok: &str) -> (String, String) {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = if qemu() {
+        let mut c = std::process::Command::new("qemu-aarch64");
+        c.args(["-L", "/usr/aarch64-linux-gnu"]).arg(&exe);
+        c
+    } else {
+        std::process::Command::new(&exe)
+    };
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(env, "1");
+    // Half the watchdog's limit, so a hung child is reported with its output.
+    let limit = std::env::var("GORO_WATCHDOG_SECS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(Duration::from_secs(if qemu() { 300 } else { 60 }), |s| {
+            Duration::from_secs(s / 2)
+        });
+    let (status, stdout, stderr) = run_child(&mut cmd, limit);
+    assert!(
+        status.is_some_and(|s| s.success()) && stdout.contains(ok),
+        "child {name} failed ({status:?}; None = hung and killed)\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
 #[test]
 fn accept_loop_survives_emfile() {
     let _w = common::watchdog();
@@ -1132,29 +1341,7 @@ fn accept_loop_survives_emfile() {
         println!("SKIPPED under qemu: accept4 may report ENOSYS for EMFILE");
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = if qemu() {
-        let mut c = std::process::Command::new("qemu-aarch64");
-        c.args(["-L", "/usr/aarch64-linux-gnu"]).arg(&exe);
-        c
-    } else {
-        std::process::Command::new(&exe)
-    };
-    cmd.args(["emfile_child", "--exact", "--nocapture", "--test-threads=1"])
-        .env("GORO_NET_EMFILE_CHILD", "1");
-    // Half the watchdog's limit, so a hung child is reported with its output.
-    let limit = std::env::var("GORO_WATCHDOG_SECS")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(Duration::from_secs(if qemu() { 300 } else { 60 }), |s| {
-            Duration::from_secs(s / 2)
-        });
-    let out = run_child(&mut cmd, limit);
-    let (status, stdout, stderr) = out;
-    assert!(
-        status.is_some_and(|s| s.success()) && stdout.contains("EMFILE-CHILD-OK"),
-        "child failed ({status:?}; None = hung and killed)\nstdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let (_, stderr) = run_child_test("emfile_child", "GORO_NET_EMFILE_CHILD", "EMFILE-CHILD-OK");
     assert_eq!(
         stderr.matches("goro::net: accept error").count(),
         1,

@@ -28,6 +28,7 @@
 //! See docs/NET.md for the poller's design.
 
 mod fd;
+pub(crate) mod splice;
 mod tcp;
 mod udp;
 mod unix;
@@ -279,6 +280,12 @@ use common_socket_methods;
 macro_rules! stream_io {
     ($t:ty) => {
         impl $t {
+            /// The poll state and the fd, for the kernel-side copy
+            /// (splice.rs).
+            pub(super) fn poll_fd(&self) -> (&super::fd::NetFd, std::os::fd::RawFd) {
+                (&self.fd, std::os::fd::AsRawFd::as_raw_fd(&self.inner))
+            }
+
             /// readv(2), parking until readable.
             fn read_vectored_impl(
                 &self,
