@@ -18,8 +18,23 @@ pub const COPY_BUF_SIZE: usize = 32 * 1024;
 /// `w.write_all` before the next read, so at most 32 KiB is in flight and
 /// bytes reach `w` in order. Like Go's and std's, it does not flush `w` and
 /// does not close or shut down either side (an echo server that wants the
-/// peer to see EOF calls `shutdown(Shutdown::Write)` afterwards). Go's
-/// ReaderFrom/WriterTo shortcuts (splice, sendfile) are not taken.
+/// peer to see EOF calls `shutdown(Shutdown::Write)` afterwards).
+///
+/// Once a read fills the whole buffer (a bulk stream), the rest moves in
+/// the kernel where it can, as Go's `TCPConn.ReadFrom` moves it: by
+/// splice(2) through a pooled 1 MiB pipe when `r` is a goro `TcpStream` or
+/// `UnixStream`, by sendfile(2) from the file's current offset (which
+/// advances) when `r` is a `std::fs::File`; owned or `&`, and also inside
+/// an `io::Take` (Go's `io.LimitedReader`), whose limit is honoured and
+/// lowered. The writer must be a goro `TcpStream` or `UnixStream` (owned
+/// or `&`). The types are recognised exactly: a `BufReader` or a wrapper
+/// of your own stays on the buffered loop. The kernel paths are skipped
+/// while SIGPIPE is not ignored (they cannot ask for MSG_NOSIGNAL), and
+/// given up for the buffered loop if the kernel refuses the pair before a
+/// byte has moved (a `File` that is a pipe). Unlike Go, which splices
+/// from the first byte, a copy of small messages (an echo, an interactive
+/// proxy) never takes a pipe: idle and chatty connections cost no extra
+/// descriptors.
 ///
 /// # Blocking
 /// Blocks until `r` is at end of file or an error occurs. When `r` and `w`
@@ -49,11 +64,9 @@ pub const COPY_BUF_SIZE: usize = 32 * 1024;
 /// Only if `r` or `w` panics, or if `r` reports reading more bytes than
 /// the buffer holds (a broken `Read` impl).
 pub fn copy<R: Read + ?Sized, W: Write + ?Sized>(r: &mut R, w: &mut W) -> io::Result<u64> {
-    if let Some(res) = crate::net::splice::copy(r, w) {
-        return res;
-    }
     let mut buf = vec![0u8; COPY_BUF_SIZE];
     let mut written = 0u64;
+    let mut kernel_tried = false;
     loop {
         let n = match r.read(&mut buf) {
             Ok(0) => return Ok(written),
@@ -63,5 +76,12 @@ pub fn copy<R: Read + ?Sized, W: Write + ?Sized>(r: &mut R, w: &mut W) -> io::Re
         };
         w.write_all(&buf[..n])?;
         written += n as u64;
+        // A full buffer: a bulk stream, worth a pipe's two descriptors.
+        if n == buf.len() && !kernel_tried {
+            kernel_tried = true;
+            if let Some(res) = crate::net::splice::copy(r, w) {
+                return res.map(|k| written + k);
+            }
+        }
     }
 }

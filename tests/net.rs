@@ -1018,7 +1018,8 @@ fn io_copy_in_the_kernel() {
 }
 
 /// The child half of `io_copy_in_the_kernel` (does nothing unless run by
-/// it).
+/// it). `copy` tries the kernel after a read fills its 32 KiB buffer, so
+/// each copy starts once its source holds at least that much.
 #[test]
 fn kernel_copy_child() {
     let _w = common::watchdog();
@@ -1027,6 +1028,7 @@ fn kernel_copy_child() {
     }
     let _w = init();
     let copies = goro::__private::kernel_copies;
+    let full = goro::io::COPY_BUF_SIZE;
     goro::run(move || {
         // writer -> a1 ~> a2 --copy--> u1 ~> u2 --copy--> b1 ~> b2: TCP
         // into Unix, Unix into TCP, each parking on both sides.
@@ -1041,11 +1043,13 @@ fn kernel_copy_child() {
             (&a1).write_all(&d2).unwrap();
             a1.shutdown(Shutdown::Write).unwrap();
         });
+        wait_buffered(a2.as_raw_fd(), full);
         let tcp_to_unix = goro::go!(move || {
             let n = goro::io::copy(&mut &a2, &mut &u1).unwrap();
             u1.shutdown(Shutdown::Write).unwrap();
             n
         });
+        wait_buffered(u2.as_raw_fd(), full);
         let unix_to_tcp = goro::go!(move || {
             let n = goro::io::copy(&mut &u2, &mut &b1).unwrap();
             b1.shutdown(Shutdown::Write).unwrap();
@@ -1075,6 +1079,7 @@ fn kernel_copy_child() {
             (&b2).read_exact(&mut v).unwrap();
             v
         });
+        wait_buffered(a2.as_raw_fd(), full);
         let k0 = copies();
         let mut lim = (&a2).take(cut as u64);
         assert_eq!(goro::io::copy(&mut lim, &mut &b1).unwrap(), cut as u64);
@@ -1110,15 +1115,19 @@ fn kernel_copy_child() {
         );
         assert_eq!(f.stream_position().unwrap(), len as u64, "offset advanced");
         f.seek(SeekFrom::Start(7)).unwrap();
-        assert_eq!(goro::io::copy(&mut (&f).take(10), &mut &b1).unwrap(), 10);
+        let part = 3 * full + 11;
+        assert_eq!(
+            goro::io::copy(&mut (&f).take(part as u64), &mut &b1).unwrap(),
+            part as u64
+        );
         assert_eq!(copies() - k0, 2, "both file copies by sendfile");
         b1.shutdown(Shutdown::Write).unwrap();
         let got = reader.join().unwrap();
         assert!(got[..len - 100] == data[100..], "sent file bytes differ");
-        assert!(got[len - 100..] == data[7..17], "bytes of the Take");
+        assert!(got[len - 100..] == data[7..7 + part], "bytes of the Take");
 
-        // A file the kernel will not sendfile from (a pipe) falls back to
-        // the buffered loop with nothing lost.
+        // A file the kernel will not sendfile from (a pipe, filled and
+        // closed first) falls back to the buffered loop, nothing lost.
         let (b1, b2) = tcp_pair();
         let mut fds = [0; 2];
         // SAFETY: fds is a valid array of two ints for pipe(2) to fill.
@@ -1132,51 +1141,69 @@ fn kernel_copy_child() {
                 std::fs::File::from_raw_fd(fds[1]),
             )
         };
-        let feeder = std::thread::spawn(move || pw.write_all(b"through a pipe").unwrap());
+        // Under the pipe's 64 KiB, so the write completes unread.
+        let piped = pattern(8, full + 9000);
+        pw.write_all(&piped).unwrap();
+        drop(pw);
+        let k0 = copies();
         let n = goro::blocking(move || goro::io::copy(&mut pr, &mut &b1)).unwrap();
-        feeder.join().unwrap();
-        assert_eq!(n, 14);
-        let mut v = [0; 14];
+        assert_eq!(n, piped.len() as u64);
+        assert_eq!(copies(), k0, "sendfile from a pipe is refused");
+        let mut v = vec![0; piped.len()];
         (&b2).read_exact(&mut v).unwrap();
-        assert_eq!(&v, b"through a pipe");
+        assert!(v == piped, "bytes through the pipe");
 
-        // A reset peer under a splice is that copy's error, not SIGPIPE
-        // (ignored, as in every Rust program).
-        let (a1, a2) = tcp_pair();
-        let (b1, b2) = tcp_pair();
-        let feeder = goro::go!(move || {
-            let chunk = vec![1u8; 64 << 10];
-            while (&a1).write_all(&chunk).is_ok() {}
-        });
-        reset(b2);
-        let e = goro::io::copy(&mut &a2, &mut &b1).unwrap_err();
-        assert!(
-            matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
-            "{e}"
-        );
-        drop(a2);
-        feeder.join().unwrap();
-
+        // A peer that resets while the copy is parked on a full
+        // destination is that copy's error, not SIGPIPE (ignored, as in
+        // every Rust program).
+        let reset_under_copy = |spliced: u64| {
+            let (a1, a2) = tcp_pair();
+            let (b1, b2) = tcp_pair();
+            let feeder = goro::go!(move || {
+                let chunk = vec![1u8; 64 << 10];
+                while (&a1).write_all(&chunk).is_ok() {}
+            });
+            wait_buffered(a2.as_raw_fd(), full);
+            let b1 = Arc::new(b1);
+            let b1c = b1.clone();
+            let k0 = copies();
+            let copier = goro::go!(move || goro::io::copy(&mut &a2, &mut &*b1c));
+            // b2 never reads: the copy fills both buffers and parks.
+            while !b1.__parked(true) {
+                goro::yield_now();
+            }
+            reset(b2);
+            let e = copier.join().unwrap().unwrap_err();
+            assert!(
+                matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset),
+                "{e}"
+            );
+            assert_eq!(copies() - k0, spliced, "kernel copies");
+            feeder.join().unwrap();
+        };
+        reset_under_copy(1);
         // With SIGPIPE at its default (death), copy must not splice: the
-        // same reset is then an error of the buffered loop, and the
-        // process lives.
+        // same reset is an error of the buffered loop, and the process
+        // lives.
         // SAFETY: setting a standard disposition for SIGPIPE; this child
         // process runs only this test.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-        let (a1, a2) = tcp_pair();
-        let (b1, b2) = tcp_pair();
-        let feeder = goro::go!(move || {
-            let chunk = vec![1u8; 64 << 10];
-            while (&a1).write_all(&chunk).is_ok() {}
-        });
-        reset(b2);
-        let k0 = copies();
-        assert!(goro::io::copy(&mut &a2, &mut &b1).is_err());
-        assert_eq!(copies(), k0, "no kernel copy without SIGPIPE ignored");
-        drop(a2);
-        feeder.join().unwrap();
+        reset_under_copy(0);
     });
     println!("KERNEL-COPY-CHILD-OK");
+}
+
+/// Waits (yielding) until the socket `fd` holds at least `n` unread bytes.
+fn wait_buffered(fd: std::os::fd::RawFd, n: usize) {
+    loop {
+        let mut avail: libc::c_int = 0;
+        // SAFETY: FIONREAD on an open socket writes one int to avail.
+        assert_eq!(unsafe { libc::ioctl(fd, libc::FIONREAD, &mut avail) }, 0);
+        if avail as usize >= n {
+            return;
+        }
+        goro::yield_now();
+    }
 }
 
 /// The child half of `accept_loop_survives_emfile` (does nothing unless

@@ -1,4 +1,5 @@
-//! The kernel-side paths of [`crate::io::copy`] into a socket, Go's
+//! The kernel-side paths of [`crate::io::copy`] into a socket, taken once
+//! a read has filled its buffer (a bulk stream), Go's
 //! `TCPConn.ReadFrom`: splice(2) through a pipe from a stream socket
 //! (net/splice_linux.go, internal/poll/splice_linux.go) and sendfile(2)
 //! from a file (net/sendfile_linux.go, internal/poll/sendfile_linux.go).
@@ -44,9 +45,9 @@ const MAX_CALL: u64 = 4 << 20;
 /// buffered loop is used instead.
 const PIPE_SIZE: libc::c_int = 1 << 20;
 
-/// Pipes kept for reuse (Go keeps them in a sync.Pool): at most 16, two
-/// descriptors each, so that idle proxies do not hold many fds.
-const POOL_MAX: usize = 16;
+/// Pipes kept for reuse (Go keeps them in a sync.Pool, emptied by its
+/// GC): at most 8, two descriptors each, held for the process's life.
+const POOL_MAX: usize = 8;
 
 /// A socket that can take the kernel's copy: its poll state and its fd.
 type Sock<'a> = (&'a NetFd, RawFd);
