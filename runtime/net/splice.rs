@@ -14,7 +14,7 @@
 //! those, a `std::fs::File` (owned or `&`), or an `io::Take` around any of
 //! them (Go's `io.LimitedReader`: the limit is honoured and lowered by the
 //! bytes moved). Any other pair, or a kernel that refuses the pair before
-//! a byte moves (EINVAL: e.g. a `File` that is a pipe or a tty), takes the
+//! a byte moves (EINVAL: e.g. a `File` that is a pipe), takes the
 //! buffered loop.
 //!
 //! splice(2) and sendfile(2) into a socket raise SIGPIPE when the peer has
@@ -32,8 +32,8 @@ use std::io::{self, Take};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Most bytes asked of one splice or sendfile call: 4 MiB, Go's
-/// maxSpliceSize and maxSendfileSize. A pipe holds 64 KiB by default, so
-/// a splice into it moves at most that much.
+/// maxSpliceSize and maxSendfileSize. A splice into the pipe moves at
+/// most the pipe's [`PIPE_SIZE`].
 const MAX_CALL: u64 = 4 << 20;
 
 /// Capacity asked of each pipe: 1 MiB, the default pipe-max-size, which
