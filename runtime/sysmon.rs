@@ -229,6 +229,9 @@ const ATTENTIVE_NS: i64 = 100_000_000;
 /// default 10 ms slice; shorter for a shorter Config::time_slice).
 const ATTENTIVE_DELAY_US: u64 = 1_000;
 
+/// sysmon's timer slack (ns; `os::set_timer_slack`).
+const SYSMON_TIMER_SLACK_NS: u64 = 1_000;
+
 /// A P whose G has not changed for this long, with other work waiting, is
 /// probed for a blocked thread.
 const DETECT_AFTER_NS: i64 = 50_000;
@@ -264,6 +267,15 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<()> {
 }
 
 fn sysmon() -> ! {
+    // Sleeps of 20 µs (Go's first delay) took 70 µs or more under the
+    // default 50 µs slack, and every hand-off of a P blocked in a system
+    // call waits one or two of them. With 1 µs, 50 goroutines each doing
+    // 20 cycles of a 2 ms unwrapped std::thread::sleep and a 200 µs goro
+    // sleep at GOMAXPROCS=1 took 176-194 ms instead of 245-267 (Go 78-80;
+    // each cycle needs a blocking detection), and the same with the sleep
+    // in goro::blocking 57-63 ms instead of 78-91, at the same CPU time
+    // (docs/BENCHMARKS.md, session 26). Go keeps the default slack.
+    crate::os::set_timer_slack(SYSMON_TIMER_SLACK_NS);
     let start = crate::os::nanotime();
     let mut ticks = vec![PTick::default(); sched::MAX_PROCS];
     let mut idle = 0u32;
@@ -606,8 +618,8 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
                         n += 1;
                         // The handler usually runs within microseconds:
                         // wait that long and hand the P off in this tick
-                        // rather than the next (usleep(20) sleeps 70 µs or
-                        // more under Linux's timer slack).
+                        // rather than the next, a sleep of 20 µs or more
+                        // away.
                         if wait_detached(p) {
                             s = PStatus::Syscall;
                         }

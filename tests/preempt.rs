@@ -1608,21 +1608,44 @@ fn idle_runtime_sleeps() {
     });
 }
 
-/// Voluntary context switches of the sysmon thread (found by its name).
-fn sysmon_switches() -> u64 {
+/// The sysmon thread's /proc/self/task directory (found by its name).
+fn sysmon_task() -> std::path::PathBuf {
     for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        if comm.trim() != "goro-sysmon" {
-            continue;
-        }
-        let s = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-        for l in s.lines() {
-            if let Some(v) = l.strip_prefix("voluntary_ctxt_switches:") {
-                return v.trim().parse().unwrap_or(0);
-            }
+        if comm.trim() == "goro-sysmon" {
+            return t.path();
         }
     }
     panic!("no goro-sysmon thread in /proc/self/task");
+}
+
+/// Voluntary context switches of the sysmon thread.
+fn sysmon_switches() -> u64 {
+    let s = std::fs::read_to_string(sysmon_task().join("status")).unwrap_or_default();
+    for l in s.lines() {
+        if let Some(v) = l.strip_prefix("voluntary_ctxt_switches:") {
+            return v.trim().parse().unwrap_or(0);
+        }
+    }
+    panic!("no voluntary_ctxt_switches in sysmon's status");
+}
+
+/// sysmon sleeps with a 1 µs timer slack (not Linux's 50 µs), so that its
+/// 20 µs ticks, which every hand-off of a blocked P waits for, last about
+/// 20 µs (docs/PREEMPTION.md).
+#[test]
+fn sysmon_timer_slack_is_1us() {
+    child("sysmon_timer_slack_is_1us", &[ONE_P], || {
+        goro::run(|| {
+            // Per thread only under /proc/<tid>, not /proc/self/task.
+            let tid = sysmon_task().file_name().unwrap().to_owned();
+            let path = std::path::Path::new("/proc")
+                .join(tid)
+                .join("timerslack_ns");
+            let slack = std::fs::read_to_string(path).unwrap();
+            assert_eq!(slack.trim(), "1000", "sysmon's timer slack (ns)");
+        });
+    });
 }
 
 /// sysmon backs off to Go's 10 ms while Ps are merely busy: a goroutine
