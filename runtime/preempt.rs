@@ -331,6 +331,20 @@ pub(crate) unsafe fn on_signal(
         refuse();
         return;
     }
+    // The kernel builds the frame on this M's signal stack (minit), where
+    // `inject` expects it, unless the thread's alternate stack has been
+    // switched off or replaced: std's `process::exit` does that on the
+    // calling thread (its cleanup calls sigaltstack(SS_DISABLE)), and so
+    // may user code. The handler then runs on the interrupted stack and
+    // the frame copy would be computed from the wrong stack (h15: SIGSEGV
+    // in every run of an exit with a slow atexit handler beside
+    // spinners). Do nothing there; the request is simply dropped.
+    let (ss_lo, ss_size) = m.gsignal.get();
+    let frame = crate::arch::sigframe_start(info, ctx);
+    if frame < ss_lo || frame >= ss_lo + ss_size {
+        refuse();
+        return;
+    }
     // SAFETY: curg is this M's running G; the handler interrupted it.
     let g = unsafe { &*gp };
     let Some(st) = g.stack.get() else {

@@ -232,9 +232,8 @@ fn report_goroutine_panic(
         );
     }
     let bt = std::backtrace::Backtrace::capture();
-    if bt.status() == std::backtrace::BacktraceStatus::Captured {
-        out.push_str(&format!("stack backtrace:\n{bt}\n"));
-    } else if bt.status() == std::backtrace::BacktraceStatus::Disabled
+    let captured = bt.status() == std::backtrace::BacktraceStatus::Captured;
+    if bt.status() == std::backtrace::BacktraceStatus::Disabled
         // Relaxed: a once-only flag; a race prints the note twice at most.
         && !NOTE_PRINTED.swap(true, Ordering::Relaxed)
     {
@@ -242,8 +241,16 @@ fn report_goroutine_panic(
             "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n",
         );
     }
-    // One write, so reports of concurrent panics do not interleave.
-    let _ = std::io::stderr().lock().write_all(out.as_bytes());
+    // Under one lock, so reports of concurrent panics do not interleave.
+    // The message goes out before the backtrace is symbolised (formatting
+    // it resolves symbols: 100 ms and more under qemu), so a process that
+    // ends meanwhile still shows what panicked (h15: the whole report was
+    // lost when main returned first).
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(out.as_bytes());
+    if captured {
+        let _ = write!(err, "stack backtrace:\n{bt}\n");
+    }
 }
 
 // ---------------------------------------------------------------------------

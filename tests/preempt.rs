@@ -1630,6 +1630,50 @@ fn sysmon_switches() -> u64 {
     panic!("no voluntary_ctxt_switches in sysmon's status");
 }
 
+/// `std::process::exit` called from a goroutine while others wait for the
+/// P: std's exit switches off the calling thread's alternate signal stack
+/// before running atexit handlers, and a preemption signal landing in a
+/// slow handler must then be ignored, not served from the goroutine's
+/// stack (h15: SIGSEGV in every run before). The exit code must be 7.
+#[test]
+fn exit_from_goroutine_with_slow_atexit_handler() {
+    const NAME: &str = "exit_from_goroutine_with_slow_atexit_handler";
+    extern "C" fn slow_atexit() {
+        // Computes for 200 ms in Rust code (a place the handler would
+        // preempt): sysmon asks every 10 ms while the spinners wait.
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(200) {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+            }
+        }
+        std::hint::black_box(x);
+    }
+    if std::env::var(CHILD_ENV).as_deref() == Ok(NAME) {
+        // SAFETY: registers a plain extern "C" function.
+        unsafe { libc::atexit(slow_atexit) };
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            for _ in 0..4 {
+                let stop = stop.clone();
+                goro::go!(move || spin_until(&stop));
+            }
+            let h = goro::go!(|| std::process::exit(7));
+            let _ = h.join();
+        });
+        unreachable!("process::exit returned");
+    }
+    let out = spawn_child(NAME, &[ONE_P]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{NAME}: {:?}\n--- stderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// sysmon sleeps with a 1 µs timer slack (not Linux's 50 µs), so that its
 /// 20 µs ticks, which every hand-off of a blocked P waits for, last about
 /// 20 µs (docs/PREEMPTION.md).
