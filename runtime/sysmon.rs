@@ -271,10 +271,11 @@ fn sysmon() -> ! {
     // default 50 µs slack, and every hand-off of a P blocked in a system
     // call waits one or two of them. With 1 µs, 50 goroutines each doing
     // 20 cycles of a 2 ms unwrapped std::thread::sleep and a 200 µs goro
-    // sleep at GOMAXPROCS=1 took 176-194 ms instead of 245-267 (Go 78-80;
+    // sleep at GOMAXPROCS=1 took 178-188 ms instead of 242-246 (Go 78-80;
     // each cycle needs a blocking detection), and the same with the sleep
-    // in goro::blocking 57-63 ms instead of 78-91, at the same CPU time
-    // (docs/BENCHMARKS.md, session 26). Go keeps the default slack.
+    // in goro::blocking 57-60 ms instead of 72-83, for 0.12-0.14 s of CPU
+    // instead of 0.09-0.10 (docs/BENCHMARKS.md, session 26). Go keeps the
+    // default slack.
     crate::os::set_timer_slack(SYSMON_TIMER_SLACK_NS);
     let start = crate::os::nanotime();
     let mut ticks = vec![PTick::default(); sched::MAX_PROCS];
