@@ -331,20 +331,6 @@ pub(crate) unsafe fn on_signal(
         refuse();
         return;
     }
-    // The kernel builds the frame on this M's signal stack (minit), where
-    // `inject` expects it, unless the thread's alternate stack has been
-    // switched off or replaced: std's `process::exit` does that on the
-    // calling thread (its cleanup calls sigaltstack(SS_DISABLE)), and so
-    // may user code. The handler then runs on the interrupted stack and
-    // the frame copy would be computed from the wrong stack (h15: SIGSEGV
-    // in every run of an exit with a slow atexit handler beside
-    // spinners). Do nothing there; the request is simply dropped.
-    let (ss_lo, ss_size) = m.gsignal.get();
-    let frame = crate::arch::sigframe_start(info, ctx);
-    if frame < ss_lo || frame >= ss_lo + ss_size {
-        refuse();
-        return;
-    }
     // SAFETY: curg is this M's running G; the handler interrupted it.
     let g = unsafe { &*gp };
     let Some(st) = g.stack.get() else {
@@ -378,7 +364,20 @@ pub(crate) unsafe fn on_signal(
         return;
     }
     let detached = m.detached.load(Ordering::Relaxed);
-    let foreign = !pc_is_safe(pc);
+    // The kernel builds the frame on this M's signal stack (minit), where
+    // `inject` copies it from, unless the thread's alternate stack has
+    // been switched off or replaced: std's `process::exit` does that on
+    // the calling thread (its cleanup calls sigaltstack(SS_DISABLE)), and
+    // so may user code or a library with signal stacks of its own. The
+    // copy would then be computed from the wrong stack (h15: SIGSEGV in
+    // every run of an exit with a slow atexit handler beside spinners).
+    // Such a thread cannot be preempted here: it is treated as running
+    // foreign code (refused, and detached once sysmon escalates), and
+    // detaching (above) copies nothing and still works there.
+    let (ss_lo, ss_size) = m.gsignal.get();
+    let frame = crate::arch::sigframe_start(info, ctx);
+    let off_stack = frame < ss_lo || frame >= ss_lo + ss_size;
+    let foreign = off_stack || !pc_is_safe(pc);
     if req == REQ_PREEMPT_OR_DETACH
         && status == GStatus::Running
         && !detached
@@ -388,8 +387,9 @@ pub(crate) unsafe fn on_signal(
     {
         let pp = m.p.get();
         if !pp.is_null() {
-            // The G has computed outside the executable for a whole slice
-            // past its own (a loop of std::fs::read or of large memcpys):
+            // The G has computed outside the executable (or on a thread
+            // without goro's signal stack) for a whole slice past its own
+            // (a loop of std::fs::read or of large memcpys):
             // signals land there nearly every time, and no syscall is
             // blocked for blocking detection to see. Detach as REQ_DETACH
             // does; a thread running in libc is no different to the

@@ -86,8 +86,36 @@ pub(crate) fn init(preempt: bool) {
     }
 }
 
-/// Go's minit: give the current M an alternate signal stack.
+/// Go's minitSignalMask: a thread starts with its creator's signal mask,
+/// and a program that blocked every signal before the runtime started (a
+/// daemon that `sigwait`s in one thread) would have every goro thread
+/// block SIGURG (no preemption, no blocking detection: a CPU loop hung
+/// its P for good, h17) and the fault signals (a stack overflow killed
+/// the process without its report). Unblocks those on the calling
+/// thread; the rest of the mask stays as inherited.
+pub(crate) fn unblock_runtime_signals() {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it
+    // and pthread_sigmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [
+            libc::SIGURG,
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+        ] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+    }
+}
+
+/// Go's minit: give the current M an alternate signal stack, and unblock
+/// the signals the runtime needs ([`unblock_runtime_signals`]).
 pub(crate) fn minit(m: &M) {
+    unblock_runtime_signals();
     let page = crate::os::page_size();
     let len = SIGSTACK_SIZE + page;
     // SAFETY: fresh anonymous mapping.

@@ -277,6 +277,7 @@ fn sysmon() -> ! {
     // instead of 0.09-0.10 (docs/BENCHMARKS.md, session 26). Go keeps the
     // default slack.
     crate::os::set_timer_slack(SYSMON_TIMER_SLACK_NS);
+    crate::signal_unix::unblock_runtime_signals();
     let start = crate::os::nanotime();
     let mut ticks = vec![PTick::default(); sched::MAX_PROCS];
     let mut idle = 0u32;
@@ -832,7 +833,15 @@ fn thread_in_syscall(tid: i32) -> Option<bool> {
     // SAFETY: path is NUL-terminated; open/read/close on our own buffer.
     let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
-        if crate::os::last_os_error().raw_os_error() != Some(libc::ENOENT) {
+        // Only a refusal is for good (/proc mounted with hidepid, or a
+        // seccomp or LSM policy): running out of descriptors (EMFILE,
+        // ENFILE) or memory passes, and a server that hit its fd limit
+        // for a moment lost detection for the rest of its life (h17).
+        // ENOENT: the thread has exited.
+        if matches!(
+            crate::os::last_os_error().raw_os_error(),
+            Some(libc::EACCES | libc::EPERM)
+        ) {
             crate::preempt::DETECT_UNAVAILABLE.store(true, Ordering::Relaxed);
             crate::preempt::DETECT_ENABLED.store(false, Ordering::Relaxed);
         }

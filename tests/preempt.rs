@@ -1674,6 +1674,180 @@ fn exit_from_goroutine_with_slow_atexit_handler() {
     );
 }
 
+/// A program that blocks every signal before the runtime starts (a daemon
+/// that `sigwait`s in one thread): goro's threads inherit the mask and
+/// must unblock SIGURG themselves (Go's minitSignalMask), or a CPU loop
+/// is never preempted (h17: hung 5 of 5 runs).
+#[test]
+fn preemption_with_signals_blocked_at_start() {
+    child("preemption_with_signals_blocked_at_start", &[ONE_P], || {
+        block_all_signals();
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let s2 = stop.clone();
+            let h = goro::go!(move || spin_until(&s2));
+            // At GOMAXPROCS=1 this goroutine runs again only once the
+            // spinner has been preempted.
+            goro::yield_now();
+            stop.store(true, Relaxed);
+            h.join().unwrap();
+        });
+    });
+}
+
+/// Blocks every signal on the calling thread (threads it creates inherit
+/// the mask).
+fn block_all_signals() {
+    // SAFETY: sigset_t is plain data, filled by sigfillset; the call only
+    // changes this thread's mask.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        assert_eq!(
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// A goroutine computing on a thread whose alternate signal stack is
+/// switched off cannot be preempted there (the frame copy needs goro's
+/// signal stack); it is detached instead, as a loop in foreign code is,
+/// and the other goroutine gets the P (h17: hung 3 of 3 runs).
+#[test]
+fn spinning_thread_without_signal_stack_is_detached() {
+    child(
+        "spinning_thread_without_signal_stack_is_detached",
+        &[ONE_P],
+        || {
+            goro::run(|| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let s2 = stop.clone();
+                let h = goro::go!(move || {
+                    let off = libc::stack_t {
+                        ss_sp: std::ptr::null_mut(),
+                        ss_flags: libc::SS_DISABLE,
+                        ss_size: 0,
+                    };
+                    // SAFETY: switches off this thread's alternate signal
+                    // stack; nothing of ours runs on it now.
+                    assert_eq!(unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) }, 0);
+                    spin_until(&s2)
+                });
+                // At GOMAXPROCS=1 this goroutine runs again only once the
+                // spinner has given up its P.
+                goro::yield_now();
+                stop.store(true, Relaxed);
+                h.join().unwrap();
+            });
+        },
+    );
+}
+
+/// A goroutine that switched its thread's alternate signal stack off (as
+/// std's `process::exit` does, or a library with signal stacks of its
+/// own) and then blocks in an unguarded read: its P must still be handed
+/// off. Asynchronous preemption is refused on such a thread (the frame
+/// copy needs goro's signal stack), detaching is not (h17: refused for
+/// good before, and the other goroutine here never ran again).
+#[test]
+fn blocked_thread_without_signal_stack_is_detached() {
+    child(
+        "blocked_thread_without_signal_stack_is_detached",
+        &[ONE_P],
+        || {
+            goro::run(|| {
+                let mut fds = [0; 2];
+                // SAFETY: fds is a valid array for pipe(2) to fill.
+                assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+                use std::os::fd::FromRawFd;
+                // SAFETY: pipe(2) just returned these descriptors, each owned
+                // by one File from here on.
+                let (mut r, mut w) = unsafe {
+                    (
+                        std::fs::File::from_raw_fd(fds[0]),
+                        std::fs::File::from_raw_fd(fds[1]),
+                    )
+                };
+                let reader = goro::go!(move || {
+                    let off = libc::stack_t {
+                        ss_sp: std::ptr::null_mut(),
+                        ss_flags: libc::SS_DISABLE,
+                        ss_size: 0,
+                    };
+                    // SAFETY: switches off this thread's alternate signal
+                    // stack; nothing of ours runs on it now.
+                    assert_eq!(unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) }, 0);
+                    let mut b = [0u8; 1];
+                    // Unguarded: holds the P until detected.
+                    std::io::Read::read(&mut r, &mut b).unwrap();
+                    b[0]
+                });
+                // Runs only once the reader's P has been handed off.
+                goro::time::sleep(Duration::from_millis(1));
+                std::io::Write::write_all(&mut w, &[42]).unwrap();
+                assert_eq!(reader.join().unwrap(), 42);
+            });
+        },
+    );
+}
+
+/// Running out of descriptors for a moment does not turn blocking
+/// detection off for good: sysmon's /proc probe fails with EMFILE while
+/// the table is full, and detection is back once it is not (h17: one
+/// EMFILE disabled it for the rest of the process).
+#[test]
+fn detection_survives_a_full_fd_table() {
+    child("detection_survives_a_full_fd_table", &[ONE_P], || {
+        goro::run(|| {
+            let mut fds = [0; 2];
+            // SAFETY: fds is a valid array for pipe(2) to fill.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            use std::os::fd::FromRawFd;
+            // SAFETY: pipe(2) just returned these descriptors, each owned
+            // by one File from here on.
+            let (mut r, mut w) = unsafe {
+                (
+                    std::fs::File::from_raw_fd(fds[0]),
+                    std::fs::File::from_raw_fd(fds[1]),
+                )
+            };
+            // Fill the table (the soft limit lowered so this is quick).
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: lim is a valid rlimit for getrlimit to fill and
+            // setrlimit to read.
+            unsafe {
+                assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+                lim.rlim_cur = lim.rlim_cur.min(256);
+                assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+            }
+            let mut hog = Vec::new();
+            while let Ok(f) = std::fs::File::open("/dev/null") {
+                hog.push(f);
+            }
+            let reader = goro::go!(move || {
+                let mut b = [0u8; 1];
+                // Unguarded: its P must be detected and handed off.
+                std::io::Read::read(&mut r, &mut b).unwrap();
+                b[0]
+            });
+            // Runs once the reader's P is handed off, by detection (whose
+            // probes fail with EMFILE now) or its slower fallback.
+            goro::time::sleep(Duration::from_millis(1));
+            drop(hog);
+            std::io::Write::write_all(&mut w, &[7]).unwrap();
+            assert_eq!(reader.join().unwrap(), 7);
+            assert!(
+                !goro::stats().detect_unavailable,
+                "blocking detection was switched off by a passing EMFILE"
+            );
+        });
+    });
+}
+
 /// sysmon sleeps with a 1 µs timer slack (not Linux's 50 µs), so that its
 /// 20 µs ticks, which every hand-off of a blocked P waits for, last about
 /// 20 µs (docs/PREEMPTION.md).

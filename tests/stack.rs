@@ -101,6 +101,25 @@ fn overflow_child() {
             eprintln!("RLIMIT OK {n}");
             return;
         }
+        // As "spawned", with every signal blocked before the runtime
+        // starts: goro's threads inherit the mask and must unblock SIGSEGV
+        // for the report (h17: killed silently before).
+        "spawned_sigblocked" => {
+            // SAFETY: sigset_t is plain data, filled by sigfillset; only
+            // this thread's mask changes (threads it creates inherit it).
+            unsafe {
+                let mut all: libc::sigset_t = std::mem::zeroed();
+                libc::sigfillset(&mut all);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+            }
+            goro::run(|| {
+                let h = goro::go!(|| {
+                    eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                    recurse_forever(0)
+                });
+                let _ = h.join();
+            });
+        }
         // A spawned goroutine with a 256 KiB stack recurses forever.
         "spawned" => {
             goro::run(|| {
@@ -739,6 +758,14 @@ fn check_overflow_child(mode: &str, min_kib: usize, max_kib: usize) -> String {
 fn overflow_in_spawned_goroutine_aborts_with_message() {
     let _w = common::watchdog();
     check_overflow_child("spawned", 256, 256 + 16);
+}
+
+/// The same with every signal blocked before the runtime started: the
+/// report still comes (goro's threads unblock SIGSEGV and SIGBUS).
+#[test]
+fn overflow_reported_with_signals_blocked_at_start() {
+    let _w = common::watchdog();
+    check_overflow_child("spawned_sigblocked", 256, 256 + 16);
 }
 
 /// Overflow in a goroutine whose stack is not the first of its carving
