@@ -1695,6 +1695,37 @@ fn preemption_with_signals_blocked_at_start() {
     });
 }
 
+/// A pipe as (read end, write end) Files: a read on it is a blocking
+/// call goro does not know about (unguarded).
+fn pipe_files() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array for pipe(2) to fill.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: pipe(2) just returned these descriptors, each owned by one
+    // File from here on.
+    unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    }
+}
+
+/// Switches off the calling thread's alternate signal stack, as std's
+/// `process::exit` does (and libraries with signal stacks of their own
+/// may).
+fn disable_signal_stack() {
+    let off = libc::stack_t {
+        ss_sp: std::ptr::null_mut(),
+        ss_flags: libc::SS_DISABLE,
+        ss_size: 0,
+    };
+    // SAFETY: only changes this thread's signal stack setting; goro's
+    // mapping stays owned by its M, and nothing runs on it now.
+    assert_eq!(unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) }, 0);
+}
+
 /// Blocks every signal on the calling thread (threads it creates inherit
 /// the mask).
 fn block_all_signals() {
@@ -1724,14 +1755,7 @@ fn spinning_thread_without_signal_stack_is_detached() {
                 let stop = Arc::new(AtomicBool::new(false));
                 let s2 = stop.clone();
                 let h = goro::go!(move || {
-                    let off = libc::stack_t {
-                        ss_sp: std::ptr::null_mut(),
-                        ss_flags: libc::SS_DISABLE,
-                        ss_size: 0,
-                    };
-                    // SAFETY: switches off this thread's alternate signal
-                    // stack; nothing of ours runs on it now.
-                    assert_eq!(unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) }, 0);
+                    disable_signal_stack();
                     spin_until(&s2)
                 });
                 // At GOMAXPROCS=1 this goroutine runs again only once the
@@ -1757,27 +1781,9 @@ fn blocked_thread_without_signal_stack_is_detached() {
         &[ONE_P],
         || {
             goro::run(|| {
-                let mut fds = [0; 2];
-                // SAFETY: fds is a valid array for pipe(2) to fill.
-                assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-                use std::os::fd::FromRawFd;
-                // SAFETY: pipe(2) just returned these descriptors, each owned
-                // by one File from here on.
-                let (mut r, mut w) = unsafe {
-                    (
-                        std::fs::File::from_raw_fd(fds[0]),
-                        std::fs::File::from_raw_fd(fds[1]),
-                    )
-                };
+                let (mut r, mut w) = pipe_files();
                 let reader = goro::go!(move || {
-                    let off = libc::stack_t {
-                        ss_sp: std::ptr::null_mut(),
-                        ss_flags: libc::SS_DISABLE,
-                        ss_size: 0,
-                    };
-                    // SAFETY: switches off this thread's alternate signal
-                    // stack; nothing of ours runs on it now.
-                    assert_eq!(unsafe { libc::sigaltstack(&off, std::ptr::null_mut()) }, 0);
+                    disable_signal_stack();
                     let mut b = [0u8; 1];
                     // Unguarded: holds the P until detected.
                     std::io::Read::read(&mut r, &mut b).unwrap();
@@ -1800,18 +1806,7 @@ fn blocked_thread_without_signal_stack_is_detached() {
 fn detection_survives_a_full_fd_table() {
     child("detection_survives_a_full_fd_table", &[ONE_P], || {
         goro::run(|| {
-            let mut fds = [0; 2];
-            // SAFETY: fds is a valid array for pipe(2) to fill.
-            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-            use std::os::fd::FromRawFd;
-            // SAFETY: pipe(2) just returned these descriptors, each owned
-            // by one File from here on.
-            let (mut r, mut w) = unsafe {
-                (
-                    std::fs::File::from_raw_fd(fds[0]),
-                    std::fs::File::from_raw_fd(fds[1]),
-                )
-            };
+            let (mut r, mut w) = pipe_files();
             // Fill the table (the soft limit lowered so this is quick).
             let mut lim = libc::rlimit {
                 rlim_cur: 0,

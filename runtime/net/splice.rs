@@ -66,7 +66,7 @@ fn is<T: ?Sized, U: ?Sized>() -> bool {
 /// `w` as a socket the kernel can write into.
 fn sink<W: ?Sized>(w: &W) -> Option<Sock<'_>> {
     let p = w as *const W;
-    // SAFETY (each cast): `is` proved W to be the target type up to
+    // SAFETY: for each cast, `is` proved W to be the target type up to
     // lifetimes; the only lifetime in these types is that of the `&`
     // around a stream, which outlives `w`'s borrow.
     unsafe {
