@@ -802,7 +802,9 @@ fn signal_detached_running(now: i64, cursor: &mut usize) {
     // Relaxed: a statistic.
     DETACHED_PROBES.fetch_add(n as u64, Ordering::Relaxed);
     for &mp in &due[..n] {
-        // SAFETY: Ms are never freed.
+        // SAFETY: `due` holds pointers taken from ALLM above, and Ms are
+        // never freed (a retired M's thread sleeps), so each stays valid;
+        // only atomics and the tid are read through it.
         let m = unsafe { &*mp };
         match thread_in_syscall(m.procid.load(Ordering::Relaxed)) {
             Some(false) => {

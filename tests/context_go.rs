@@ -31,6 +31,21 @@ fn stacks() -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
+/// Waits until `ctx` is done, at most `quiescent()`; past that, panics
+/// with `what` and every goroutine's stack (Go's tests print them too).
+fn await_done(ctx: &Context, what: impl std::fmt::Display) {
+    let timer = goro::time::Timer::new(quiescent());
+    goro::select! {
+        recv(ctx.done()) -> _ => {}
+        recv(timer.receiver()) -> _ => panic!(
+            "{what}: not done after {:?}; stacks:\n{}",
+            quiescent(),
+            stacks()
+        ),
+    }
+    timer.stop();
+}
+
 fn is_done(ctx: &Context) -> bool {
     matches!(ctx.done().try_recv(), Err(TryRecvError::Closed))
 }
@@ -150,16 +165,7 @@ fn interlocked_cancels() {
                 cancel_child.cancel();
             });
             cancel_parent.cancel();
-            let timer = goro::time::Timer::new(quiescent());
-            goro::select! {
-                recv(child.done()) -> _ => {}
-                recv(timer.receiver()) -> _ => panic!(
-                    "timed out after {:?} waiting for child.done(); stacks:\n{}",
-                    quiescent(),
-                    stacks()
-                ),
-            }
-            timer.stop();
+            await_done(&child, "waiting for child.done()");
             h.join().unwrap();
             assert_eq!(child.err(), Some(ContextError::Canceled));
         }
@@ -208,16 +214,7 @@ fn test_layers(test_timeout: bool) {
         );
     }
     if test_timeout {
-        let timer = goro::time::Timer::new(quiescent());
-        goro::select! {
-            recv(ctx.done()) -> _ => {}
-            recv(timer.receiver()) -> _ => panic!(
-                "seed={seed}: ctx should have timed out after {:?}; stacks:\n{}",
-                quiescent(),
-                stacks()
-            ),
-        }
-        timer.stop();
+        await_done(&ctx, format!("seed={seed}: ctx should have timed out"));
         assert_eq!(
             ctx.err(),
             Some(ContextError::DeadlineExceeded),

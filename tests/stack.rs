@@ -566,17 +566,8 @@ fn scavenger_returns_burst_stacks_of_sized_goroutines() {
 #[test]
 fn deep_stacks_are_released_at_exit() {
     let _w = common::watchdog();
-    let out = run_child("deep_exit");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stderr}");
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("DEEP "))
-        .unwrap_or_else(|| panic!("no DEEP line:\n{stderr}"));
-    let num = |k: &str| -> usize {
-        let v = line.split(&format!("{k}=")).nth(1).unwrap();
-        v.split_whitespace().next().unwrap().parse().unwrap()
-    };
+    let line = child_figures_line("deep_exit", "DEEP ");
+    let num = |k: &str| field(&line, k);
     let (before, deepest, after) = (num("before"), num("deepest"), num("after"));
     // The recursion really touched its 2 MiB (else the test proves nothing).
     assert!(
@@ -636,17 +627,8 @@ fn shrink_keep_div() -> usize {
 #[test]
 fn shrinker_releases_parked_stacks() {
     let _w = common::watchdog();
-    let out = run_child("shrink");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{stderr}");
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("SHRINK "))
-        .unwrap_or_else(|| panic!("no SHRINK line:\n{stderr}"));
-    let num = |k: &str| -> usize {
-        let v = line.split(&format!("{k}=")).nth(1).unwrap();
-        v.split_whitespace().next().unwrap().parse().unwrap()
-    };
+    let line = child_figures_line("shrink", "SHRINK ");
+    let num = |k: &str| field(&line, k);
     let (before, peak, after, shrunk) = (num("before"), num("peak"), num("after"), num("shrunk"));
     let n = if qemu() { 40 } else { 200 };
     let grown = peak - before;
@@ -684,6 +666,26 @@ fn shrinker_races_wakeups() {
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert!(shrunk > 0, "the shrinker never ran: {line}");
+}
+
+/// Runs the child `mode`, which must succeed and print a line starting
+/// with `prefix`; returns that line.
+fn child_figures_line(mode: &str, prefix: &str) -> String {
+    let out = run_child(mode);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "child failed:\n{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix}line:\n{stderr}"))
+        .to_owned();
+    line
+}
+
+/// The number after `key=` in a child's figures line.
+fn field(line: &str, key: &str) -> usize {
+    let v = line.split(&format!("{key}=")).nth(1).unwrap();
+    v.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 /// Parse `goroutine <id> has overflowed its stack (reserved <N> KiB)`.
