@@ -63,7 +63,10 @@ pub(crate) static ALLGS: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::ne
 ///
 /// Fields are plain `Cell`s owned by whoever owns the G per its status
 /// (see [`GStatus`]); the status itself is the only field read by others.
+#[repr(C, align(64))]
 pub(crate) struct G {
+    // First cache line: what a park and a wake-up touch (gopark,
+    // netpoll's ready, schedule's lockedm check, execute, gogo).
     /// Saved context while not running. Written by mcall on the G's own M,
     /// read by the M that resumes it after dequeuing it.
     pub(crate) sched: core::cell::UnsafeCell<Gobuf>,
@@ -71,35 +74,8 @@ pub(crate) struct G {
     /// Transitions only through [`G::cas_status`] (and the shrinker's
     /// [`G::try_scan`]/[`G::end_scan`], shrink.rs).
     status: AtomicU32,
-    /// Goroutine id, unique per process; 0 while dead. Written by the G's
-    /// owner (newproc, goexit0); read racily by the dump, scheddetail and
-    /// the test hook `goroutine_parked`, hence a Relaxed atomic: a stale
-    /// id is harmless to them (ThreadSanitizer found the plain `Cell`
-    /// read racing goexit0's write; docs/TESTING.md).
-    pub(crate) goid: RelaxedU64,
-    /// The stack; None for a dead G whose stack (of an unpooled size,
-    /// see `stack::size_class`) was freed.
-    pub(crate) stack: Cell<Option<Stack>>,
-    /// The M running this G (Running/Syscall), else null.
-    pub(crate) m: Cell<*mut M>,
-    /// Link for the global run queue and the free lists (owner of the list).
-    pub(crate) schedlink: Cell<*mut G>,
-    /// Wake-up parameter (Go's gp.param): set by the waker before goready,
-    /// read by the G after it resumes (goready's queue handoff orders them).
-    pub(crate) param: AtomicUsize,
-    /// Go's gp.selectDone, with a generation: `2*seq + done`. A select (or
-    /// timed wait) bumps seq before queueing; the first waker to CAS
-    /// `2*seq -> 2*seq+1` wins; stale timers and sudogs of an older wait
-    /// fail their CAS.
-    pub(crate) selgen: AtomicU64,
     /// Cooperative preemption request (Go's gp.preempt), set by sysmon/STW.
     pub(crate) preempt: AtomicBool,
-    /// Name from Builder::name, for diagnostics.
-    pub(crate) name: core::cell::UnsafeCell<Option<Box<str>>>,
-    /// The M this G is locked to by lock_os_thread (Go's g.lockedm), and
-    /// the nesting count. Written only by the G itself.
-    pub(crate) lockedm: Cell<*mut M>,
-    pub(crate) locked_count: Cell<u32>,
     /// `lockedm` was set by the runtime, not by lock_os_thread: the G was
     /// preempted asynchronously in pinned mode (preempt.rs), or parked while
     /// unwinding, and must resume on the same M. Cleared by `execute` when
@@ -111,14 +87,16 @@ pub(crate) struct G {
     /// owns the G between taking it from the poll descriptor and queueing
     /// it; cleared by `execute`.
     pub(crate) cold: Cell<bool>,
-    /// Goroutine-local storage (local.rs owns the representation); null
-    /// when the G has none. Touched only by the G itself.
-    pub(crate) locals: Cell<*mut u8>,
     /// Why the G is parked ([`crate::waitreason::WaitReason`] as u8), set
     /// by gopark before the G is published as Waiting. Atomic (Relaxed)
     /// only so the dump and the deadlock check may read it racily from
     /// another thread: it is diagnostics, ordered by nothing.
     pub(crate) waitreason: AtomicU8,
+    /// The M running this G (Running/Syscall), else null.
+    pub(crate) m: Cell<*mut M>,
+    /// The M this G is locked to by lock_os_thread (Go's g.lockedm), and
+    /// the nesting count. Written only by the G itself.
+    pub(crate) lockedm: Cell<*mut M>,
     /// When the G last parked (Go's g.waitsince), in `nanotime` ns, read
     /// from sysmon's clock (`waitreason::park_clock`, at most ~10 ms old,
     /// always even), for the dump's "N minutes" and the stack shrinker's
@@ -126,6 +104,32 @@ pub(crate) struct G {
     /// under the scan bit, once it has dealt with this park; gopark's next
     /// stamp clears it for free. Relaxed, as waitreason.
     pub(crate) waitsince: AtomicI64,
+    /// The stack; None for a dead G whose stack (of an unpooled size,
+    /// see `stack::size_class`) was freed.
+    pub(crate) stack: Cell<Option<Stack>>,
+    // Second cache line: channels and select, identity, the rest.
+    /// Wake-up parameter (Go's gp.param): set by the waker before goready,
+    /// read by the G after it resumes (goready's queue handoff orders them).
+    pub(crate) param: AtomicUsize,
+    /// Go's gp.selectDone, with a generation: `2*seq + done`. A select (or
+    /// timed wait) bumps seq before queueing; the first waker to CAS
+    /// `2*seq -> 2*seq+1` wins; stale timers and sudogs of an older wait
+    /// fail their CAS.
+    pub(crate) selgen: AtomicU64,
+    /// Link for the global run queue and the free lists (owner of the list).
+    pub(crate) schedlink: Cell<*mut G>,
+    /// Goroutine id, unique per process; 0 while dead. Written by the G's
+    /// owner (newproc, goexit0); read racily by the dump, scheddetail and
+    /// the test hook `goroutine_parked`, hence a Relaxed atomic: a stale
+    /// id is harmless to them (ThreadSanitizer found the plain `Cell`
+    /// read racing goexit0's write; docs/TESTING.md).
+    pub(crate) goid: RelaxedU64,
+    /// Name from Builder::name, for diagnostics.
+    pub(crate) name: core::cell::UnsafeCell<Option<Box<str>>>,
+    /// Goroutine-local storage (local.rs owns the representation); null
+    /// when the G has none. Touched only by the G itself.
+    pub(crate) locals: Cell<*mut u8>,
+    pub(crate) locked_count: Cell<u32>,
     /// ThreadSanitizer's fiber for this goroutine (arch::Fiber; zero-sized
     /// without `cfg(goro_tsan)`): created by newproc, destroyed by goexit0,
     /// so one per goroutine, not per G struct. Owned by whoever owns the G.
@@ -142,7 +146,14 @@ unsafe impl Send for G {}
 impl G {
     /// Go's malg: allocates a new G (status Idle) with the given stack.
     pub(crate) fn alloc(stack: Option<Stack>) -> *mut G {
-        let gp = Box::into_raw(Box::new(G {
+        let gp = Box::into_raw(Box::new(G::new(stack)));
+        ALLGS.lock().push(gp as usize);
+        gp
+    }
+
+    /// A G in status Idle, not yet known to the runtime.
+    fn new(stack: Option<Stack>) -> G {
+        G {
             sched: core::cell::UnsafeCell::new(Gobuf::default()),
             status: AtomicU32::new(GStatus::Idle as u32),
             goid: RelaxedU64::new(0),
@@ -161,9 +172,7 @@ impl G {
             waitreason: AtomicU8::new(0),
             waitsince: AtomicI64::new(0),
             fiber: Cell::new(crate::arch::Fiber::NONE),
-        }));
-        ALLGS.lock().push(gp as usize);
-        gp
+        }
     }
 
     /// Current status, the scan bit masked off (a G being shrunk is
@@ -296,4 +305,38 @@ fn legal(from: GStatus, to: GStatus) -> bool {
             | (Preempted, Runnable)
             | (Preempted, Waiting)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::G;
+    use core::mem::{offset_of, size_of, size_of_val};
+
+    /// The fields a park and a netpoll wake-up touch share the G's first
+    /// cache line (the struct's comment): a G readied after its socket sat
+    /// idle costs one miss there, not two or three (docs/BENCHMARKS.md,
+    /// session 27).
+    #[test]
+    fn park_and_wake_fields_share_the_first_cache_line() {
+        assert_eq!(core::mem::align_of::<G>(), 64);
+        let g = G::new(None);
+        let ends = [
+            offset_of!(G, sched) + size_of_val(&g.sched),
+            offset_of!(G, status) + size_of_val(&g.status),
+            offset_of!(G, preempt) + 1,
+            offset_of!(G, pinned) + 1,
+            offset_of!(G, cold) + 1,
+            offset_of!(G, waitreason) + 1,
+            offset_of!(G, m) + size_of_val(&g.m),
+            offset_of!(G, lockedm) + size_of_val(&g.lockedm),
+            offset_of!(G, waitsince) + size_of_val(&g.waitsince),
+            offset_of!(G, stack) + size_of_val(&g.stack),
+        ];
+        for (i, end) in ends.into_iter().enumerate() {
+            assert!(end <= 64, "hot field {i} ends at byte {end}");
+        }
+        #[cfg(not(goro_tsan))]
+        assert_eq!(size_of::<G>(), 128, "two cache lines");
+        let _ = size_of::<G>();
+    }
 }

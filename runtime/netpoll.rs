@@ -233,6 +233,12 @@ pub(crate) enum Mode {
 }
 
 /// Go's pollDesc: the poller's record of one registered fd.
+///
+/// One cache line (56 bytes of fields, aligned to 64): netpoll's
+/// harvest and the waiter's checks each cost at most one miss on a
+/// descriptor that sat idle; malloc's 16-byte alignment let three in four
+/// straddle two lines (docs/BENCHMARKS.md, session 27).
+#[repr(align(64))]
 pub(crate) struct PollDesc {
     /// The fd; -1 while on the free list. Owner only (set in `open`).
     fd: AtomicI32,
@@ -269,6 +275,9 @@ pub(crate) struct PollDesc {
     /// skip their syscall again. Set (SeqCst) before the tick bump.
     rclosed: AtomicBool,
 }
+
+// One line, as its doc says.
+const _: () = assert!(core::mem::size_of::<PollDesc>() == 64);
 
 /// Free descriptors (Go's pollcache).
 static POLL_CACHE: parking_lot::Mutex<Vec<&'static PollDesc>> = parking_lot::Mutex::new(Vec::new());
