@@ -38,6 +38,15 @@
 //! relays it, with `try_send`. It exits when no channel relays anything;
 //! while it waits, as in Go, the deadlock report stays off (a signal can
 //! still wake the program).
+//!
+//! The relay goroutine is also Go's signal M (ensureSigM): it locks its
+//! thread and unblocks there every signal some channel relays. goro's
+//! threads inherit the mask of the thread that started the runtime; a
+//! daemon that blocked SIGTERM before starting it would otherwise never
+//! see one. `stop` waits until the relay has blocked a signal again on its
+//! thread before it gives the signal back its old disposition (Go's
+//! maskUpdatedChan), so a blocked signal never meets a default action in
+//! between.
 
 use crate::chan::Sender;
 use core::fmt;
@@ -171,7 +180,14 @@ struct Relay {
     running: bool,
     /// The read end while no relay goroutine runs.
     wake_r: Option<crate::net::UnixStream>,
+    /// Signals the relay has unblocked on its thread (relay_loop); zero
+    /// while no relay runs.
+    opened: u64,
 }
+
+/// Broadcast by the relay when it has changed `Relay::opened` (Go's
+/// maskUpdatedChan).
+static MASK_UPDATED: crate::sync::Cond = crate::sync::Cond::new();
 
 static RELAY: crate::sync::Mutex<Relay> = crate::sync::Mutex::new(Relay {
     subs: Vec::new(),
@@ -179,6 +195,7 @@ static RELAY: crate::sync::Mutex<Relay> = crate::sync::Mutex::new(Relay {
     prev: Vec::new(),
     running: false,
     wake_r: None,
+    opened: 0,
 });
 
 fn bit(sig: libc::c_int) -> u64 {
@@ -190,6 +207,10 @@ fn bit(sig: libc::c_int) -> u64 {
 /// same channel (any clone of `tx`) adds signals; several channels may
 /// relay one signal (each gets it). Delivery uses `try_send` and never
 /// blocks: give the channel a buffer.
+///
+/// A signal blocked on every thread (a mask set before the runtime
+/// started) is unblocked on the relay goroutine's own thread, as Go's
+/// signal M does (module doc).
 ///
 /// Blocks only briefly (a goro mutex; the first call creates a socket
 /// pair and spawns the relay goroutine, starting the runtime if needed).
@@ -245,7 +266,12 @@ pub fn notify(tx: &Sender<Signal>, sigs: &[Signal]) -> io::Result<()> {
             r.prev.push((n, prev));
         }
     }
-    if !r.running {
+    if r.running {
+        // The relay opens newly relayed signals on its thread (see
+        // relay_loop). Until it has, a blocked signal stays pending for
+        // the process, and is delivered then.
+        wake();
+    } else {
         let rd = r.wake_r.take().expect("relay: read end without a relay");
         match crate::Builder::new()
             .name("goro::signal relay")
@@ -272,8 +298,10 @@ pub fn notify(tx: &Sender<Signal>, sigs: &[Signal]) -> io::Result<()> {
 /// Go's `signal.Stop(c)`: `tx`'s channel (any clone of it) receives no
 /// more signals once this returns. A signal that no channel relays any
 /// longer gets back the disposition it had before goro's first `notify`
-/// of it. Stopping a channel that relays nothing is a no-op. Blocks only
-/// briefly (a goro mutex).
+/// of it, once the relay's thread has blocked it again if it was blocked
+/// before (module doc). Stopping a channel that relays nothing is a
+/// no-op. Blocks only briefly (a goro mutex, and the relay goroutine's
+/// next turn when a blocked signal is given back).
 pub fn stop(tx: &Sender<Signal>) {
     let mut r = RELAY.lock();
     let before = r.subs.len();
@@ -281,7 +309,15 @@ pub fn stop(tx: &Sender<Signal>) {
     if r.subs.len() == before {
         return;
     }
-    let wanted = r.subs.iter().fold(0u64, |m, s| m | s.mask);
+    // Go's sigdisable: the relay's thread blocks again what it unblocked
+    // for signals no channel relays now (relay_loop) before their previous
+    // disposition comes back: a signal the program had blocked must not
+    // meet its default action on that thread in between.
+    wake();
+    while r.opened & !wanted(&r) != 0 {
+        r = MASK_UPDATED.wait(r);
+    }
+    let wanted = wanted(&r);
     let mut i = 0;
     while i < r.prev.len() {
         let (n, prev) = r.prev[i];
@@ -295,10 +331,11 @@ pub fn stop(tx: &Sender<Signal>) {
             i += 1;
         }
     }
-    if r.subs.is_empty() {
-        // Wake the relay so that it sees nothing left to relay and exits.
-        wake();
-    }
+}
+
+/// The signals some channel relays.
+fn wanted(r: &Relay) -> u64 {
+    r.subs.iter().fold(0u64, |m, s| m | s.mask)
 }
 
 /// Installs goro's handler for `n`; returns the disposition it replaced.
@@ -338,9 +375,27 @@ fn wake() {
 /// The relay goroutine (Go's os/signal loop over signal_recv): waits for
 /// wake-up bytes in the netpoller, then sends every pending signal to the
 /// channels that relay it. Exits when no channel relays anything.
+///
+/// It is also Go's signal M (ensureSigM): locked to its thread, it keeps
+/// every relayed signal unblocked on that thread, so a signal the program
+/// blocked before the runtime started (every goro thread inherits that
+/// mask) still reaches the handler and the channel. Relayed signals that
+/// are not blocked arrive on whichever thread the kernel picks, as before.
+/// Before it exits (a locked G's exit also ends its thread) it blocks them
+/// again.
 fn relay_loop(mut rd: crate::net::UnixStream) {
+    crate::lock_os_thread();
+    let inherited = blocked_here();
     let mut buf = [0u8; 64];
     loop {
+        {
+            let mut r = RELAY.lock();
+            let want = wanted(&r) & inherited;
+            if want != r.opened {
+                r.opened = open_on_this_thread(want, r.opened);
+                MASK_UPDATED.notify_all();
+            }
+        }
         match rd.read(&mut buf) {
             Ok(0) => return, // write end closed: notify failed to spawn us
             Ok(_) => {}
@@ -364,9 +419,55 @@ fn relay_loop(mut rd: crate::net::UnixStream) {
             }
         }
         if r.subs.is_empty() {
+            r.opened = open_on_this_thread(0, r.opened);
+            MASK_UPDATED.notify_all();
             r.running = false;
             r.wake_r = Some(rd);
             return;
         }
     }
+}
+
+/// The calling thread's blocked signals, bit n - 1 for signal n.
+fn blocked_here() -> u64 {
+    // SAFETY: a zeroed sigset_t is a valid argument to fill; the query
+    // (null new set) changes nothing.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut set);
+        (1..=64).fold(0u64, |m, n| {
+            if libc::sigismember(&set, n) == 1 {
+                m | bit(n)
+            } else {
+                m
+            }
+        })
+    }
+}
+
+/// Unblocks on the calling thread the signals in `want` that `opened` (what
+/// it unblocked so far) lacks, and blocks again those in `opened` no longer
+/// wanted (Go's ensureSigM on enableSigChan / disableSigChan). Returns the
+/// new `opened`.
+fn open_on_this_thread(want: u64, opened: u64) -> u64 {
+    let change = |how: libc::c_int, bits: u64| {
+        if bits == 0 {
+            return;
+        }
+        // SAFETY: the set is initialised by sigemptyset before use;
+        // pthread_sigmask changes only this thread's mask.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for n in 1..=64 {
+                if bits & bit(n) != 0 {
+                    libc::sigaddset(&mut set, n);
+                }
+            }
+            libc::pthread_sigmask(how, &set, core::ptr::null_mut());
+        }
+    };
+    change(libc::SIG_UNBLOCK, want & !opened);
+    change(libc::SIG_BLOCK, opened & !want);
+    want
 }

@@ -270,3 +270,74 @@ fn sigquit_relay_replaces_the_dump_until_stop() {
     assert!(stdout.contains("<relayed>"), "{stdout}");
     assert!(stderr.contains("SIGQUIT: quit"), "{stderr}");
 }
+
+/// A program started with signals blocked (by a supervisor, or a parent
+/// that blocked them: the mask survives exec), so that every thread it
+/// has, libtest's included, inherits the block. Go's signal M unblocks
+/// every relayed signal on its thread; so does goro's relay goroutine: the
+/// kill reaches the channel. After stop, the signal is blocked there again
+/// before its default action (death) comes back, so a later kill stays
+/// pending and the process lives, while another channel still gets its
+/// own signal.
+#[test]
+fn notify_unblocks_a_signal_blocked_at_start() {
+    const NAME: &str = "notify_unblocks_a_signal_blocked_at_start";
+    let kill_self = |s: Signal| {
+        // SAFETY: a process-directed signal to ourselves.
+        assert_eq!(unsafe { libc::kill(libc::getpid(), s.as_raw()) }, 0);
+    };
+    if in_child(NAME, || {
+        goro::run(move || {
+            let wait = std::time::Duration::from_secs(20);
+            let (tx1, rx1) = chan(1);
+            let (tx2, rx2) = chan(1);
+            signal::notify(&tx1, &[Signal::SIGUSR1]).unwrap();
+            signal::notify(&tx2, &[Signal::SIGUSR2]).unwrap();
+            kill_self(Signal::SIGUSR1);
+            assert_eq!(rx1.recv_timeout(wait), Ok(Signal::SIGUSR1));
+            signal::stop(&tx1);
+            // SIGUSR1's default action is back, and it is blocked on every
+            // thread again: this one stays pending.
+            assert_eq!(disposition(Signal::SIGUSR1), libc::SIG_DFL);
+            kill_self(Signal::SIGUSR1);
+            kill_self(Signal::SIGUSR2);
+            assert_eq!(rx2.recv_timeout(wait), Ok(Signal::SIGUSR2));
+            // SAFETY: sigpending fills a zeroed set.
+            let pending = unsafe {
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                assert_eq!(libc::sigpending(&mut set), 0);
+                libc::sigismember(&set, libc::SIGUSR1) == 1
+            };
+            assert!(pending, "SIGUSR1 not pending after stop");
+            assert_eq!(rx1.try_recv(), Err(TryRecvError::Empty));
+            println!("<blocked-signal-relayed>");
+        });
+    }) {
+        return;
+    }
+    let mut cmd = common::self_test_command(NAME);
+    cmd.env(CHILD_ENV, NAME);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure calls only
+    // async-signal-safe functions (sigemptyset, sigaddset,
+    // pthread_sigmask) on a local set; std has already reset the mask,
+    // so this block is what the child starts with.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGUSR1);
+            libc::sigaddset(&mut set, libc::SIGUSR2);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("<blocked-signal-relayed>"),
+        "{:?}: {stdout} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
