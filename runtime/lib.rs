@@ -24,15 +24,18 @@
 //! - scheduler: `sched` (schedule, findRunnable, stealing, wakep/startm/
 //!   stopm/handoffp, stop-the-world), `park` (gopark/goready, Gosched,
 //!   goexit), `proc` (newproc, JoinHandle), `timer` (per-P heaps),
-//!   `netpoll` (poll descriptors, epoll wait/break), `signal` (guard-page
-//!   faults, the SIGURG handler), `preempt` (async preemption, pinned
-//!   and migrating modes, blocking detection), `sysmon` (retake),
-//!   `syscall` (entersyscall/exitsyscall).
+//!   `netpoll` (poll descriptors, epoll wait/break), `signal_unix`
+//!   (guard-page faults, the SIGURG handler), `preempt` (async
+//!   preemption, pinned and migrating modes, blocking detection), `sysmon`
+//!   (retake), `shrink` (stack shrinking), `syscall`
+//!   (entersyscall/exitsyscall).
 //! - user-facing: `sudog` (wait queues), `chan`, `select`, `time`,
 //!   `sema` (Go's semaphore table: waiters keyed by address), `sync`
 //!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
-//!   (`goroutine_local!`), `net` (TCP/UDP/Unix sockets on the netpoller's
-//!   poll descriptors), `io` (Go's io.Copy over them).
+//!   (`goroutine_local!`), `scope` (scoped goroutines), `context` (Go's
+//!   context), `errgroup` (x/sync/errgroup), `signal` (Go's os/signal),
+//!   `net` (TCP/UDP/Unix sockets on the netpoller's poll descriptors),
+//!   `io` (Go's io.Copy over them).
 //! - observability (docs/OBSERVABILITY.md): `waitreason` (Go's wait
 //!   reasons, recorded by gopark), `dump` (goroutine dump, SIGQUIT),
 //!   `deadlock` (Go's checkdead), `trace` (Chrome trace-event JSON),
@@ -40,16 +43,20 @@
 //!
 //! # Thread affinity (read this if you use thread-locals)
 //! A goroutine may resume on a different OS thread after any switch point:
-//! channel operations, `select!`, `time::sleep`, `yield_now`, `join`,
-//! `spawn`. Do not hold a `thread_local!` borrow, a std `MutexGuard` or
-//! std's stdout lock across those calls. LLVM may cache a thread-local's
-//! address within one function; goro reads its own thread-local only
-//! through assembly routines (asm/) for that reason. errno is such a
-//! thread-local, and LLVM treats `__errno_location` as pure: read errno
-//! right after the failing libc call (as std's wrappers do), never after a
-//! switch point in the same function. Asynchronous preemption
-//! (a goroutine interrupted at any instruction after 10 ms) does not move
-//! it: by default it resumes on its own thread ([`PreemptMode::Pinned`];
+//! channel operations (`try_*` included), `select!`, `time::sleep`,
+//! `yield_now`, `join`, `spawn`, `blocking` and `exit_syscall`, the
+//! `goro::sync` waits (`Mutex::lock`, `RwLock::read`/`write`, `Cond::wait`,
+//! `WaitGroup::wait`, `Once::call_once`, `Semaphore::acquire`), `goro::net`
+//! I/O (reads, writes, accept, connect) and `block_on`. Do not hold a
+//! `thread_local!` borrow, a std `MutexGuard` or std's stdout lock across
+//! those calls. LLVM may cache a thread-local's address within one
+//! function; goro reads its own thread-local only through assembly
+//! routines (asm/) for that reason. errno is such a thread-local, and LLVM
+//! treats `__errno_location` as pure: read errno right after the failing
+//! libc call (as std's wrappers do), never after a switch point in the
+//! same function. Asynchronous preemption (a goroutine interrupted at any
+//! instruction after its time slice, 10 ms by default) does not move it:
+//! by default it resumes on its own thread ([`PreemptMode::Pinned`];
 //! docs/PREEMPTION.md).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -140,8 +147,10 @@ pub struct Config {
     /// docs/DESIGN.md, "Stacks").
     pub stack_size: usize,
     /// Asynchronous preemption (Go's SIGURG preemption): a goroutine that
-    /// has run for more than 10 ms while others wait is interrupted even in
-    /// a loop without runtime calls. Default on; `GODEBUG=asyncpreemptoff=1`
+    /// has run for more than its time slice ([`Config::time_slice`],
+    /// default 10 ms) while others wait, and then for up to 1 ms more of
+    /// CPU time without reaching a check point, is interrupted even in a
+    /// loop without runtime calls. Default on; `GODEBUG=asyncpreemptoff=1`
     /// turns it off (then such loops starve their P, as in Go ≤ 1.13).
     /// See docs/PREEMPTION.md.
     pub preempt: bool,
@@ -229,9 +238,16 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Defaults overridden by the environment: `GOMAXPROCS=N` (invalid or
-    /// zero values are ignored, as in Go) and
-    /// `GODEBUG=schedtrace=MS,scheddetail=1,asyncpreemptoff=1`.
+    /// Defaults overridden by the environment (docs/API.md, "Environment"):
+    /// `GOMAXPROCS=N` (invalid or zero values are ignored, as in Go; values
+    /// above [`MAX_PROCS`] are clamped), `GOTRACEBACK=all|system|crash|2`
+    /// (turns on `dump_on_sigquit`), and the `GODEBUG` keys
+    /// `schedtrace=MS`, `scheddetail=1`, `asyncpreemptoff=1`,
+    /// `goropreempt=migrate|pinned`, `gorotimeslice=US` (at least 100),
+    /// `goropinnedmax=N` (at least 1), `gorodetect=0` and `gorodeadlock=0`.
+    /// Unparsable or out-of-range values are ignored, so the result always
+    /// validates. Reads the environment on each call; never blocks. Go reads
+    /// the same variables in schedinit; there is no function for it.
     pub fn from_env() -> Config {
         let mut c = Config::default();
         if let Ok(v) = std::env::var("GOMAXPROCS") {
@@ -439,8 +455,12 @@ pub(crate) static SYSMON_RESCUE: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
 /// Starts the process-wide runtime with `config` (Go's schedinit). Errors:
-/// an invalid config, or `AlreadyRunning` if it runs with a different
-/// config (starting again with the same config is Ok).
+/// `InvalidConfig` (see [`Config::validate`]), `AlreadyRunning` if it runs
+/// with a different config (starting again with the same config is Ok),
+/// or `Io` if epoll or a runtime thread cannot be created (the start may
+/// then be retried). Blocks the calling thread while it creates the
+/// runtime's threads (sysmon and the template thread, each a
+/// `pthread_create`) and while another start is in progress.
 pub fn start(config: Config) -> Result<(), Error> {
     config.validate()?;
     let mut running = CONFIG.lock();
