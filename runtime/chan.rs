@@ -765,7 +765,8 @@ impl<T> std::fmt::Display for SendTimeoutError<T> {
 impl<T> std::error::Error for SendTimeoutError<T> {}
 
 impl<T> SendError<T> {
-    /// The value that was not sent.
+    /// The value that was not sent (Go's send panics instead; no
+    /// counterpart). Never blocks.
     pub fn into_inner(self) -> T {
         self.0
     }
@@ -801,51 +802,60 @@ impl From<RecvError> for RecvTimeoutError {
 }
 
 impl TryRecvError {
-    /// Whether nothing was available (`Empty`).
+    /// Whether nothing was available (`Empty`): Go's `default` case of a
+    /// receive select. Never blocks.
     pub fn is_empty(&self) -> bool {
         matches!(self, TryRecvError::Empty)
     }
-    /// Whether the channel is closed and drained (`Closed`).
+    /// Whether the channel is closed and drained (`Closed`): Go's
+    /// `ok == false`. Never blocks.
     pub fn is_closed(&self) -> bool {
         matches!(self, TryRecvError::Closed)
     }
 }
 
 impl RecvTimeoutError {
-    /// Whether the timeout passed (`Timeout`).
+    /// Whether the timeout passed (`Timeout`): Go's `time.After` case won.
+    /// Never blocks.
     pub fn is_timeout(&self) -> bool {
         matches!(self, RecvTimeoutError::Timeout)
     }
-    /// Whether the channel is closed and drained (`Closed`).
+    /// Whether the channel is closed and drained (`Closed`): Go's
+    /// `ok == false`. Never blocks.
     pub fn is_closed(&self) -> bool {
         matches!(self, RecvTimeoutError::Closed)
     }
 }
 
 impl<T> TrySendError<T> {
-    /// Whether the buffer was full (`Full`).
+    /// Whether the buffer was full (`Full`): Go's `default` case of a send
+    /// select. Never blocks.
     pub fn is_full(&self) -> bool {
         matches!(self, TrySendError::Full(_))
     }
-    /// Whether the channel is closed (`Closed`).
+    /// Whether the channel is closed (`Closed`; Go's send would panic).
+    /// Never blocks.
     pub fn is_closed(&self) -> bool {
         matches!(self, TrySendError::Closed(_))
     }
 }
 
 impl<T> SendTimeoutError<T> {
-    /// Whether the timeout passed (`Timeout`).
+    /// Whether the timeout passed (`Timeout`): Go's `time.After` case won.
+    /// Never blocks.
     pub fn is_timeout(&self) -> bool {
         matches!(self, SendTimeoutError::Timeout(_))
     }
-    /// Whether the channel is closed (`Closed`).
+    /// Whether the channel is closed (`Closed`; Go's send would panic).
+    /// Never blocks.
     pub fn is_closed(&self) -> bool {
         matches!(self, SendTimeoutError::Closed(_))
     }
 }
 
 impl<T> TrySendError<T> {
-    /// The value that was not sent.
+    /// The value that was not sent, `Full` or `Closed`. No Go counterpart.
+    /// Never blocks.
     pub fn into_inner(self) -> T {
         match self {
             TrySendError::Full(v) | TrySendError::Closed(v) => v,
@@ -854,7 +864,8 @@ impl<T> TrySendError<T> {
 }
 
 impl<T> SendTimeoutError<T> {
-    /// The value that was not sent.
+    /// The value that was not sent, `Timeout` or `Closed`. No Go
+    /// counterpart. Never blocks.
     pub fn into_inner(self) -> T {
         match self {
             SendTimeoutError::Timeout(v) | SendTimeoutError::Closed(v) => v,
@@ -879,7 +890,9 @@ impl<T> Sender<T> {
     }
 
     /// Sends without blocking: `Full(v)` if the buffer is full (unbuffered:
-    /// no receiver is waiting), `Closed(v)` if closed. Go's select-with-default send.
+    /// no receiver is waiting), `Closed(v)` if closed. Go's
+    /// select-with-default send. Never parks, but is a preemption check
+    /// point: a goroutine past its time slice yields here first.
     pub fn try_send(&self, v: T) -> Result<(), TrySendError<T>> {
         let mut slot = MaybeUninit::new(v);
         // SAFETY: as in send.
@@ -892,8 +905,11 @@ impl<T> Sender<T> {
         }
     }
 
-    /// Like `send`, giving up after `d` (`Timeout(v)`). Blocks the calling
-    /// G/thread at most `d` (Duration::MAX: forever).
+    /// Like `send`, giving up after `d` (`Timeout(v)`), or `Closed(v)`.
+    /// Parks the goroutine (blocks the thread) for at most `d`
+    /// (`Duration::MAX`: forever) on the monotonic clock; the timeout
+    /// typically fires 50-100 µs late (Linux's timer slack). Go's `select`
+    /// with a `time.After(d)` case.
     pub fn send_timeout(&self, v: T, d: Duration) -> Result<(), SendTimeoutError<T>> {
         let mut slot = MaybeUninit::new(v);
         let cases = &mut [crate::select::Scase::send(
@@ -913,31 +929,36 @@ impl<T> Sender<T> {
         }
     }
 
-    /// Go's `close(ch)`. Idempotent. Receivers drain buffered values, then
-    /// get `RecvError`; blocked senders get their values back.
+    /// Go's `close(ch)`. Idempotent (a second close is a no-op, where Go
+    /// panics). Receivers drain buffered values, then get `RecvError`;
+    /// blocked senders get their values back. Never blocks.
     pub fn close(&self) {
         self.c.close(false);
     }
 
-    /// Values buffered now.
+    /// Values buffered now (a racy snapshot): Go's `len(ch)`. Never blocks.
     pub fn len(&self) -> usize {
         self.c.len()
     }
-    /// Whether nothing is buffered now.
+    /// Whether nothing is buffered now (a racy snapshot): Go's
+    /// `len(ch) == 0`. Never blocks.
     pub fn is_empty(&self) -> bool {
         self.c.len() == 0
     }
-    /// Buffer capacity (0 = unbuffered).
+    /// Buffer capacity in values (0 = unbuffered): Go's `cap(ch)`. Never
+    /// blocks.
     pub fn capacity(&self) -> usize {
         self.c.dataqsiz
     }
     /// Whether the buffer is full now (a racy snapshot; crossbeam's
     /// `is_full`). Always true for an unbuffered channel, whose buffer has
     /// no room (a send may still succeed by hand-off to a waiting receiver).
+    /// Go's `len(ch) == cap(ch)`. Never blocks.
     pub fn is_full(&self) -> bool {
         self.c.len() == self.c.dataqsiz
     }
-    /// Whether the channel is closed.
+    /// Whether the channel is closed (a racy snapshot; values may still be
+    /// buffered). Go has no such query. Never blocks.
     pub fn is_closed(&self) -> bool {
         self.c.is_closed()
     }
@@ -964,6 +985,8 @@ impl<T> Receiver<T> {
     }
 
     /// Receives without blocking: `Empty` or `Closed` (closed and drained).
+    /// Go's select-with-default receive. Never parks, but is a preemption
+    /// check point: a goroutine past its time slice yields here first.
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         let mut slot = MaybeUninit::<T>::uninit();
         // SAFETY: as in recv.
@@ -975,7 +998,11 @@ impl<T> Receiver<T> {
         }
     }
 
-    /// Like `recv`, giving up after `d` with `Timeout`.
+    /// Like `recv`, giving up after `d` with `Timeout`; `Closed` once the
+    /// channel is closed and drained. Parks the goroutine (blocks the
+    /// thread) for at most `d` (`Duration::MAX`: forever) on the monotonic
+    /// clock; the timeout typically fires 50-100 µs late (Linux's timer
+    /// slack). Go's `select` with a `time.After(d)` case.
     pub fn recv_timeout(&self, d: Duration) -> Result<T, RecvTimeoutError> {
         let mut slot = MaybeUninit::<T>::uninit();
         let cases = &mut [crate::select::Scase::recv(
@@ -990,38 +1017,44 @@ impl<T> Receiver<T> {
         }
     }
 
-    /// Iterates until the channel is closed and drained (`for v := range ch`).
-    /// Each `next` blocks (parks the goroutine) until a value arrives.
+    /// Iterates until the channel is closed and drained (Go's
+    /// `for v := range ch`). Each `next` is a [`recv`](Receiver::recv): it
+    /// parks the goroutine (blocks a plain thread) until a value arrives.
     pub fn iter(&self) -> Iter<'_, T> {
         Iter { rx: self }
     }
 
     /// Iterates over the values available now without blocking: ends at
     /// the first `try_recv` that fails (empty, or closed and drained), as
-    /// crossbeam's `try_iter`. Never blocks.
+    /// crossbeam's `try_iter`. Never parks (each `next` is a `try_recv`).
+    /// No Go counterpart (a loop over a select with `default`).
     pub fn try_iter(&self) -> TryIter<'_, T> {
         TryIter { rx: self }
     }
 
-    /// Values buffered now.
+    /// Values buffered now (a racy snapshot): Go's `len(ch)`. Never blocks.
     pub fn len(&self) -> usize {
         self.c.len()
     }
-    /// Whether nothing is buffered now.
+    /// Whether nothing is buffered now (a racy snapshot): Go's
+    /// `len(ch) == 0`. Never blocks.
     pub fn is_empty(&self) -> bool {
         self.c.len() == 0
     }
-    /// Buffer capacity (0 = unbuffered).
+    /// Buffer capacity in values (0 = unbuffered): Go's `cap(ch)`. Never
+    /// blocks.
     pub fn capacity(&self) -> usize {
         self.c.dataqsiz
     }
     /// Whether the buffer is full now (a racy snapshot; crossbeam's
     /// `is_full`). Always true for an unbuffered channel, whose buffer has
     /// no room (a send may still succeed by hand-off to a waiting receiver).
+    /// Go's `len(ch) == cap(ch)`. Never blocks.
     pub fn is_full(&self) -> bool {
         self.c.len() == self.c.dataqsiz
     }
-    /// Whether the channel is closed.
+    /// Whether the channel is closed (a racy snapshot; values may still be
+    /// buffered). Go has no such query. Never blocks.
     pub fn is_closed(&self) -> bool {
         self.c.is_closed()
     }

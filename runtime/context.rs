@@ -168,7 +168,8 @@ impl Context {
     }
 
     /// The time at which the context will be cancelled by its own or an
-    /// ancestor's deadline, if any (Go's `ctx.Deadline()`).
+    /// ancestor's deadline, if any (Go's `ctx.Deadline()`). Never blocks
+    /// (the deadline is fixed when the context is made).
     pub fn deadline(&self) -> Option<Instant> {
         self.inner.deadline
     }
@@ -263,7 +264,10 @@ pub fn with_deadline(parent: &Context, deadline: Instant) -> (Context, CancelFun
 }
 
 /// [`with_deadline`] at `now + timeout` (Go's `context.WithTimeout`). A
-/// timeout too large to represent gives no deadline of its own.
+/// timeout too large to represent gives no deadline of its own. The
+/// deadline is an `Instant` (ns resolution); the runtime timer behind it
+/// typically fires 50-100 µs late (Linux's timer slack). Never blocks for
+/// long (takes the parent's lock to register the child).
 pub fn with_timeout(parent: &Context, timeout: Duration) -> (Context, CancelFunc) {
     match Instant::now().checked_add(timeout) {
         Some(d) => with_deadline(parent, d),

@@ -65,6 +65,7 @@ impl<E: Send + 'static> Default for Group<E> {
 
 impl<E: Send + 'static> Group<E> {
     /// A group with no context and no limit (Go's zero `errgroup.Group`).
+    /// Never blocks and does not start the runtime.
     pub fn new() -> Group<E> {
         Group::build(None)
     }

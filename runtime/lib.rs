@@ -24,15 +24,18 @@
 //! - scheduler: `sched` (schedule, findRunnable, stealing, wakep/startm/
 //!   stopm/handoffp, stop-the-world), `park` (gopark/goready, Gosched,
 //!   goexit), `proc` (newproc, JoinHandle), `timer` (per-P heaps),
-//!   `netpoll` (poll descriptors, epoll wait/break), `signal` (guard-page
-//!   faults, the SIGURG handler), `preempt` (async preemption, pinned
-//!   and migrating modes, blocking detection), `sysmon` (retake),
-//!   `syscall` (entersyscall/exitsyscall).
+//!   `netpoll` (poll descriptors, epoll wait/break), `signal_unix`
+//!   (guard-page faults, the SIGURG handler), `preempt` (async
+//!   preemption, pinned and migrating modes, blocking detection), `sysmon`
+//!   (retake), `shrink` (stack shrinking), `syscall`
+//!   (entersyscall/exitsyscall).
 //! - user-facing: `sudog` (wait queues), `chan`, `select`, `time`,
 //!   `sema` (Go's semaphore table: waiters keyed by address), `sync`
 //!   (Mutex, RwLock, WaitGroup, Once, Cond, Semaphore on sema), `local`
-//!   (`goroutine_local!`), `net` (TCP/UDP/Unix sockets on the netpoller's
-//!   poll descriptors), `io` (Go's io.Copy over them).
+//!   (`goroutine_local!`), `scope` (scoped goroutines), `context` (Go's
+//!   context), `errgroup` (x/sync/errgroup), `signal` (Go's os/signal),
+//!   `net` (TCP/UDP/Unix sockets on the netpoller's poll descriptors),
+//!   `io` (Go's io.Copy over them).
 //! - observability (docs/OBSERVABILITY.md): `waitreason` (Go's wait
 //!   reasons, recorded by gopark), `dump` (goroutine dump, SIGQUIT),
 //!   `deadlock` (Go's checkdead), `trace` (Chrome trace-event JSON),
@@ -40,16 +43,20 @@
 //!
 //! # Thread affinity (read this if you use thread-locals)
 //! A goroutine may resume on a different OS thread after any switch point:
-//! channel operations, `select!`, `time::sleep`, `yield_now`, `join`,
-//! `spawn`. Do not hold a `thread_local!` borrow, a std `MutexGuard` or
-//! std's stdout lock across those calls. LLVM may cache a thread-local's
-//! address within one function; goro reads its own thread-local only
-//! through assembly routines (asm/) for that reason. errno is such a
-//! thread-local, and LLVM treats `__errno_location` as pure: read errno
-//! right after the failing libc call (as std's wrappers do), never after a
-//! switch point in the same function. Asynchronous preemption
-//! (a goroutine interrupted at any instruction after 10 ms) does not move
-//! it: by default it resumes on its own thread ([`PreemptMode::Pinned`];
+//! channel operations (`try_*` included), `select!`, `time::sleep`,
+//! `yield_now`, `join`, `spawn`, `blocking` and `exit_syscall`, the
+//! `goro::sync` waits (`Mutex::lock`, `RwLock::read`/`write`, `Cond::wait`,
+//! `WaitGroup::wait`, `Once::call_once`, `Semaphore::acquire`), `goro::net`
+//! I/O (reads, writes, accept, connect) and `block_on`. Do not hold a
+//! `thread_local!` borrow, a std `MutexGuard` or std's stdout lock across
+//! those calls. LLVM may cache a thread-local's address within one
+//! function; goro reads its own thread-local only through assembly
+//! routines (asm/) for that reason. errno is such a thread-local, and LLVM
+//! treats `__errno_location` as pure: read errno right after the failing
+//! libc call (as std's wrappers do), never after a switch point in the
+//! same function. Asynchronous preemption (a goroutine interrupted at any
+//! instruction after its time slice, 10 ms by default) does not move it:
+//! by default it resumes on its own thread ([`PreemptMode::Pinned`];
 //! docs/PREEMPTION.md).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -140,8 +147,10 @@ pub struct Config {
     /// docs/DESIGN.md, "Stacks").
     pub stack_size: usize,
     /// Asynchronous preemption (Go's SIGURG preemption): a goroutine that
-    /// has run for more than 10 ms while others wait is interrupted even in
-    /// a loop without runtime calls. Default on; `GODEBUG=asyncpreemptoff=1`
+    /// has run for more than its time slice ([`Config::time_slice`],
+    /// default 10 ms) while others wait, and then for up to 1 ms more of
+    /// CPU time without reaching a check point, is interrupted even in a
+    /// loop without runtime calls. Default on; `GODEBUG=asyncpreemptoff=1`
     /// turns it off (then such loops starve their P, as in Go ≤ 1.13).
     /// See docs/PREEMPTION.md.
     pub preempt: bool,
@@ -229,9 +238,16 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Defaults overridden by the environment: `GOMAXPROCS=N` (invalid or
-    /// zero values are ignored, as in Go) and
-    /// `GODEBUG=schedtrace=MS,scheddetail=1,asyncpreemptoff=1`.
+    /// Defaults overridden by the environment (docs/API.md, "Environment"):
+    /// `GOMAXPROCS=N` (invalid or zero values are ignored, as in Go; values
+    /// above [`MAX_PROCS`] are clamped), `GOTRACEBACK=all|system|crash|2`
+    /// (turns on `dump_on_sigquit`), and the `GODEBUG` keys
+    /// `schedtrace=MS`, `scheddetail=1`, `asyncpreemptoff=1`,
+    /// `goropreempt=migrate|pinned`, `gorotimeslice=US` (at least 100),
+    /// `goropinnedmax=N` (at least 1), `gorodetect=0` and `gorodeadlock=0`.
+    /// Unparsable or out-of-range values are ignored, so the result always
+    /// validates. Reads the environment on each call; never blocks. Go reads
+    /// the same variables in schedinit; there is no function for it.
     pub fn from_env() -> Config {
         let mut c = Config::default();
         if let Ok(v) = std::env::var("GOMAXPROCS") {
@@ -295,6 +311,7 @@ impl Config {
 
     /// Turns deadlock detection on or off (default on); see
     /// [`Config::deadlock_detection`](Config#structfield.deadlock_detection).
+    /// Any value is valid. Go has no switch for it.
     pub fn deadlock_detection(mut self, on: bool) -> Config {
         self.deadlock_detection = on;
         self
@@ -302,12 +319,16 @@ impl Config {
 
     /// Turns the SIGQUIT goroutine dump on or off (default off); see
     /// [`Config::dump_on_sigquit`](Config#structfield.dump_on_sigquit).
+    /// Any value is valid. Go dumps on every SIGQUIT (`GOTRACEBACK` sets
+    /// how much); goro only when this is on.
     pub fn dump_on_sigquit(mut self, on: bool) -> Config {
         self.dump_on_sigquit = on;
         self
     }
 
-    /// Sets the number of Ps.
+    /// Sets the number of Ps (Go's GOMAXPROCS), 1..=[`MAX_PROCS`] (1024);
+    /// [`validate`](Config::validate) (and so [`start`]) rejects 0 and
+    /// larger values (unlike [`set_max_procs`], which clamps).
     pub fn max_procs(mut self, n: usize) -> Config {
         self.max_procs = n;
         self
@@ -322,38 +343,51 @@ impl Config {
         self
     }
 
-    /// Enables or disables asynchronous preemption.
+    /// Enables or disables asynchronous preemption (see
+    /// [`Config::preempt`](Config#structfield.preempt); Go's
+    /// `GODEBUG=asyncpreemptoff`). Any value is valid.
     pub fn preempt(mut self, on: bool) -> Config {
         self.preempt = on;
         self
     }
 
     /// Sets where async-preempted goroutines resume (see [`PreemptMode`]).
+    /// Any value is valid. Go always migrates.
     pub fn preempt_mode(mut self, mode: PreemptMode) -> Config {
         self.preempt_mode = mode;
         self
     }
 
     /// Sets the most threads sleeping for pinned preempted goroutines
-    /// (at least 1).
+    /// (default 256); [`validate`](Config::validate) (and so [`start`])
+    /// rejects 0. No Go counterpart (Go does not pin).
     pub fn preempt_pinned_max(mut self, n: usize) -> Config {
         self.preempt_pinned_max = n;
         self
     }
 
-    /// Sets the time slice (see [`Config::time_slice`]).
+    /// Sets the time slice (see [`Config::time_slice`]; Go's
+    /// forcePreemptNS, a constant 10 ms there). [`validate`](Config::validate)
+    /// (and so [`start`]) rejects a slice below 100 µs.
     pub fn time_slice(mut self, d: std::time::Duration) -> Config {
         self.time_slice = d;
         self
     }
 
-    /// Enables or disables blocking detection.
+    /// Enables or disables blocking detection (see
+    /// [`Config::detect_blocking`](Config#structfield.detect_blocking)).
+    /// Any value is valid. No Go counterpart (Go needs no detection: cgo
+    /// and syscalls always enter the runtime).
     pub fn detect_blocking(mut self, on: bool) -> Config {
         self.detect_blocking = on;
         self
     }
 
-    /// Checks that the configuration can run.
+    /// Checks that the configuration can run; never blocks. Errors
+    /// ([`Error::InvalidConfig`], naming the field): `max_procs` 0 or above
+    /// [`MAX_PROCS`], `time_slice` below 100 µs, `preempt_pinned_max` 0,
+    /// `stack_size` below [`MIN_STACK_SIZE`] (64 KiB) or above
+    /// [`MAX_STACK_SIZE`] (1 TiB). No Go counterpart (Go ignores bad values).
     pub fn validate(&self) -> Result<(), Error> {
         if self.max_procs == 0 || self.max_procs > MAX_PROCS {
             return Err(Error::InvalidConfig(format!(
@@ -439,8 +473,12 @@ pub(crate) static SYSMON_RESCUE: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
 /// Starts the process-wide runtime with `config` (Go's schedinit). Errors:
-/// an invalid config, or `AlreadyRunning` if it runs with a different
-/// config (starting again with the same config is Ok).
+/// `InvalidConfig` (see [`Config::validate`]), `AlreadyRunning` if it runs
+/// with a different config (starting again with the same config is Ok),
+/// or `Io` if epoll or a runtime thread cannot be created (the start may
+/// then be retried). Blocks the calling thread while it creates the
+/// runtime's threads (sysmon and the template thread, each a
+/// `pthread_create`) and while another start is in progress.
 pub fn start(config: Config) -> Result<(), Error> {
     config.validate()?;
     let mut running = CONFIG.lock();
@@ -490,7 +528,10 @@ pub const RUN_STACK_SIZE: usize = 8 << 20;
 /// Runs `f` as a goroutine on the process-wide runtime (starting it from
 /// the environment if needed) and blocks the calling OS thread until it
 /// returns; returns its value. A panic in `f` is resumed on the caller.
-/// May be called repeatedly and from several threads at once.
+/// May be called repeatedly and from several threads at once. Its
+/// goroutine plays Go's main goroutine (`main.main`), except that the
+/// process does not exit when it returns. Called inside a goroutine, it
+/// parks that goroutine instead (as a [`JoinHandle::join`] would).
 ///
 /// `f`'s goroutine gets a stack like Rust's main thread:
 /// [`RUN_STACK_SIZE`] (8 MiB) reserved, or the configured default if
@@ -520,9 +561,13 @@ where
     }
 }
 
-/// Like [`run`]; `config` applies if this call starts the runtime.
+/// Like [`run`]; `config` applies if this call starts the runtime, and is
+/// ignored if the runtime already runs. Blocks the calling OS thread (parks
+/// a calling goroutine) until `f` returns, as [`run`] does. No Go
+/// counterpart (Go reads its configuration from the environment only).
 ///
-/// Panics if `config` is invalid (see [`Config::validate`]).
+/// Panics if `config` is invalid (see [`Config::validate`]) or the runtime
+/// cannot start ([`Error::Io`]).
 #[track_caller]
 pub fn run_with<F, T>(config: Config, f: F) -> T
 where
@@ -545,6 +590,8 @@ pub fn yield_now() {
 }
 
 /// The running goroutine's id, or None on a thread not running one.
+/// Never blocks and does not start the runtime. Go exposes no goroutine
+/// id; this is the id `dump` and panics print (Go's `goid`).
 pub fn current_id() -> Option<u64> {
     let gp = m::getg();
     if gp.is_null() {
@@ -579,7 +626,9 @@ pub fn num_goroutine() -> usize {
     sched::gcount()
 }
 
-/// The current number of Ps (GOMAXPROCS). Starts the runtime if needed.
+/// The current number of Ps (GOMAXPROCS): Go's `runtime.GOMAXPROCS(0)`.
+/// Starts the runtime if needed (then it may block while creating threads,
+/// and panics if the start fails); otherwise never blocks.
 pub fn max_procs() -> usize {
     ensure_started();
     sched::gomaxprocs()
@@ -648,7 +697,11 @@ pub struct Stats {
     pub stacks_reserved: usize,
 }
 
-/// A racy snapshot of the scheduler's state.
+/// A racy snapshot of the scheduler's state: what
+/// `GODEBUG=schedtrace` prints, as values; no Go function returns it.
+/// Takes the scheduler lock briefly (a runtime lock: a contended one makes
+/// the thread wait on a futex; never parks). Starts the runtime if needed
+/// (panics if that fails).
 pub fn stats() -> Stats {
     ensure_started();
     sched::snapshot()

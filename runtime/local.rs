@@ -46,7 +46,8 @@ struct Locals {
 
 /// A key for goroutine-local storage, declared with
 /// [`goroutine_local!`](crate::goroutine_local); the goroutine counterpart of
-/// `std::thread::LocalKey`.
+/// `std::thread::LocalKey`. Go has no goroutine-local storage: Go code
+/// passes such state down explicitly (often in a `context.Context`).
 pub struct LocalKey<T: 'static> {
     /// Builds a goroutine's initial value.
     init: fn() -> T,
@@ -148,24 +149,32 @@ impl<T: 'static> core::fmt::Debug for LocalKey<T> {
 }
 
 impl<T: Copy + 'static> LocalKey<core::cell::Cell<T>> {
-    /// Returns a copy of the value (`with(|c| c.get())`).
+    /// Returns a copy of the value (`with(|c| c.get())`). Never blocks; panics
+    /// as [`with`](LocalKey::with) does. No Go counterpart (Go has no
+    /// goroutine-local storage).
     pub fn get(&'static self) -> T {
         self.with(|c| c.get())
     }
 }
 
 impl<T: 'static> LocalKey<core::cell::Cell<T>> {
-    /// Sets the value (`with(|c| c.set(value))`).
+    /// Sets the value (`with(|c| c.set(value))`). Never blocks; panics as
+    /// [`with`](LocalKey::with) does. No Go counterpart (Go has no
+    /// goroutine-local storage).
     pub fn set(&'static self, value: T) {
         self.with(|c| c.set(value))
     }
 
-    /// Replaces the value, returning the old one.
+    /// Replaces the value, returning the old one. Never blocks; panics as
+    /// [`with`](LocalKey::with) does. No Go counterpart (Go has no
+    /// goroutine-local storage).
     pub fn replace(&'static self, value: T) -> T {
         self.with(|c| c.replace(value))
     }
 
-    /// Takes the value, leaving `Default::default()`.
+    /// Takes the value, leaving `Default::default()`. Never blocks; panics as
+    /// [`with`](LocalKey::with) does. No Go counterpart (Go has no
+    /// goroutine-local storage).
     pub fn take(&'static self) -> T
     where
         T: Default,
@@ -175,30 +184,38 @@ impl<T: 'static> LocalKey<core::cell::Cell<T>> {
 }
 
 impl<T: 'static> LocalKey<core::cell::RefCell<T>> {
-    /// Calls `f` with a shared borrow of the value. Panics if it is
-    /// mutably borrowed.
+    /// Calls `f` with a shared borrow of the value. Panics if it is mutably
+    /// borrowed. Never blocks (beyond `f`); panics also as
+    /// [`with`](LocalKey::with) does. No Go counterpart (Go has no
+    /// goroutine-local storage).
     pub fn with_borrow<F: FnOnce(&T) -> R, R>(&'static self, f: F) -> R {
         self.with(|c| f(&c.borrow()))
     }
 
-    /// Calls `f` with a mutable borrow of the value. Panics if it is
-    /// borrowed.
+    /// Calls `f` with a mutable borrow of the value. Panics if it is borrowed.
+    /// Never blocks (beyond `f`); panics also as [`with`](LocalKey::with)
+    /// does. No Go counterpart (Go has no goroutine-local storage).
     pub fn with_borrow_mut<F: FnOnce(&mut T) -> R, R>(&'static self, f: F) -> R {
         self.with(|c| f(&mut c.borrow_mut()))
     }
 
-    /// Sets the value. Panics if it is borrowed.
+    /// Sets the value. Panics if it is borrowed. Never blocks; panics also as
+    /// [`with`](LocalKey::with) does. No Go counterpart (Go has no
+    /// goroutine-local storage).
     pub fn set(&'static self, value: T) {
         self.with(|c| *c.borrow_mut() = value)
     }
 
     /// Replaces the value, returning the old one. Panics if it is borrowed.
+    /// Never blocks; panics also as [`with`](LocalKey::with) does. No Go
+    /// counterpart (Go has no goroutine-local storage).
     pub fn replace(&'static self, value: T) -> T {
         self.with(|c| c.replace(value))
     }
 
     /// Takes the value, leaving `Default::default()`. Panics if it is
-    /// borrowed.
+    /// borrowed. Never blocks; panics also as [`with`](LocalKey::with) does.
+    /// No Go counterpart (Go has no goroutine-local storage).
     pub fn take(&'static self) -> T
     where
         T: Default,

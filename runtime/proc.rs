@@ -596,7 +596,9 @@ pub struct JoinHandle<T> {
 
 impl<T> JoinHandle<T> {
     /// Waits for the goroutine to finish: parks the calling goroutine, or
-    /// blocks the calling OS thread. `Err(payload)` if it panicked.
+    /// blocks the calling OS thread. `Err(payload)` if it panicked. Never
+    /// panics itself. No Go counterpart (Go waits with a channel or a
+    /// `sync.WaitGroup`); a dump shows the wait as `chan receive`.
     pub fn join(self) -> std::thread::Result<T> {
         let p = &*self.packet;
         // Acquire: pairs with complete's Release.
@@ -633,12 +635,15 @@ impl<T> JoinHandle<T> {
         p.take()
     }
 
-    /// Whether the goroutine has finished (its result is ready).
+    /// Whether the goroutine has finished (its result is ready, so `join`
+    /// would not wait). Never blocks. No Go counterpart.
     pub fn is_finished(&self) -> bool {
         self.packet.state.load(Ordering::Acquire) == DONE
     }
 
-    /// The goroutine's id (unique per process, as `current_id` reports it).
+    /// The goroutine's id (unique per process, as `current_id` reports it,
+    /// and as dumps and panic reports print it). Never blocks. No Go
+    /// counterpart (Go hides goroutine ids).
     pub fn id(&self) -> u64 {
         self.id
     }
@@ -718,12 +723,18 @@ pub struct Builder {
 }
 
 impl Builder {
-    /// A builder with the runtime defaults.
+    /// A builder with the runtime defaults: no name, the configured stack
+    /// size. Never blocks and does not start the runtime. No Go
+    /// counterpart (Go's `go` statement takes no options).
     pub fn new() -> Builder {
         Builder::default()
     }
 
-    /// Names the goroutine (shown in diagnostics such as stack overflows).
+    /// Names the goroutine (shown in diagnostics: dumps and panic reports
+    /// print it Rust-escaped, a stack overflow report as is). Any UTF-8
+    /// string, no length limit; it is stored with the goroutine until it
+    /// exits. Never blocks. No Go counterpart (Go's goroutines are unnamed;
+    /// pprof labels come closest).
     pub fn name(mut self, name: impl Into<String>) -> Builder {
         self.name = Some(name.into());
         self

@@ -213,7 +213,8 @@ impl<'scope, T> ScopedJoinHandle<'scope, T> {
     /// Waits for the goroutine to finish (parks the calling goroutine, or
     /// blocks the calling OS thread) and returns its result, or
     /// `Err(payload)` if it panicked; a panic taken here does not make
-    /// [`scope`] panic.
+    /// [`scope`] panic. Never panics itself. No Go counterpart (Go waits
+    /// with a `sync.WaitGroup`).
     pub fn join(self) -> std::thread::Result<T> {
         // The inner goroutine never unwinds past its catch_unwind, except
         // through a result's destructor, which cannot run here: this handle
@@ -229,12 +230,14 @@ impl<'scope, T> ScopedJoinHandle<'scope, T> {
         r
     }
 
-    /// Whether the goroutine has finished.
+    /// Whether the goroutine has finished (`join` would not wait). Never
+    /// blocks. No Go counterpart.
     pub fn is_finished(&self) -> bool {
         self.inner.is_finished()
     }
 
-    /// The goroutine's id (as [`crate::current_id`] reports it).
+    /// The goroutine's id (as [`crate::current_id`] reports it). Never
+    /// blocks. No Go counterpart (Go hides goroutine ids).
     pub fn id(&self) -> u64 {
         self.inner.id()
     }

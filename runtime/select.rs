@@ -511,7 +511,9 @@ pub fn try_select_recv<'a, T: 'a>(
 
 /// [`select_recv`] that gives up after `timeout` (ns precision; a
 /// `Duration` too large to represent waits forever): `None` if no channel
-/// became ready in time.
+/// became ready in time. Parks the goroutine (blocks a plain thread) for at
+/// most `timeout`; the timeout typically fires 50-100 µs late (Linux's
+/// timer slack). Go's `reflect.Select` with a `time.After` case added.
 pub fn select_recv_timeout<'a, T: 'a>(
     rxs: impl IntoIterator<Item = &'a Receiver<T>>,
     timeout: std::time::Duration,
@@ -655,13 +657,14 @@ impl<T> ChanHandle for Sender<T> {
 }
 
 impl<'a> Select<'a> {
-    /// An empty select.
+    /// An empty select. Never blocks. Go's empty `[]reflect.SelectCase`.
     pub fn new() -> Select<'a> {
         Select { slots: Vec::new() }
     }
 
     /// Adds a receive from `rx`; returns the case's index (0, 1, ... in
-    /// the order cases are added).
+    /// the order cases are added). Only records the case (one small
+    /// allocation); never blocks. Go's `reflect.SelectCase` with `SelectRecv`.
     pub fn recv<T: 'static>(&mut self, rx: &'a Receiver<T>) -> usize {
         self.slots.push(Box::new(DynSlot {
             handle: rx,
@@ -673,7 +676,9 @@ impl<'a> Select<'a> {
     }
 
     /// Adds a send of `v` on `tx`; returns the case's index. If another
-    /// case is chosen, `v` is dropped with the select.
+    /// case is chosen, `v` is dropped with the select. Only records the
+    /// case (one small allocation); never blocks. Go's `reflect.SelectCase`
+    /// with `SelectSend`.
     pub fn send<T: 'static>(&mut self, tx: &'a Sender<T>, v: T) -> usize {
         self.slots.push(Box::new(DynSlot {
             handle: tx,
@@ -704,7 +709,10 @@ impl<'a> Select<'a> {
 
     /// [`select`](Select::select) that gives up after `timeout` (a
     /// `Duration` too large to represent waits forever): `None` if no case
-    /// could proceed in time.
+    /// could proceed in time. Parks the goroutine (blocks a plain thread)
+    /// for at most `timeout`, ns precision; the timeout typically fires
+    /// 50-100 µs late (Linux's timer slack). Go's `reflect.Select` with a
+    /// `time.After` case added.
     pub fn select_timeout(self, timeout: std::time::Duration) -> Option<SelectedOperation<'a>> {
         self.run(true, crate::time::deadline_after(timeout)).ok()
     }
@@ -744,13 +752,15 @@ impl std::fmt::Debug for Select<'_> {
 
 impl<'a> SelectedOperation<'a> {
     /// The index of the chosen case, as returned by
-    /// [`Select::recv`]/[`Select::send`].
+    /// [`Select::recv`]/[`Select::send`]: the `chosen` of Go's
+    /// `reflect.Select`. Never blocks.
     pub fn index(&self) -> usize {
         self.index
     }
 
     /// The chosen case's receive result: the value, or `Err(RecvError)` if
-    /// the channel was closed and drained.
+    /// the channel was closed and drained (the `recv, recvOK` of Go's
+    /// `reflect.Select`). Never blocks: the receive has already happened.
     ///
     /// Panics if the chosen case is not a receive from `rx` (pass the same
     /// receiver, or a clone of it).
@@ -767,7 +777,9 @@ impl<'a> SelectedOperation<'a> {
     }
 
     /// The chosen case's send result: `Ok(())` if the value was sent,
-    /// `Err(SendError(v))` with the value back if the channel was closed.
+    /// `Err(SendError(v))` with the value back if the channel was closed
+    /// (where Go's `reflect.Select` panics). Never blocks: the send has
+    /// already happened or failed.
     ///
     /// Panics if the chosen case is not a send on `tx`.
     pub fn send<T: 'static>(mut self, tx: &Sender<T>) -> Result<(), SendError<T>> {

@@ -89,12 +89,14 @@ impl Signal {
     pub const SIGWINCH: Signal = Signal(libc::SIGWINCH);
 
     /// The signal with number `signo` (not checked here: [`notify`]
-    /// rejects numbers outside 1..=64).
+    /// rejects numbers outside 1..=64). Go's `syscall.Signal(signo)`. Never
+    /// blocks or panics.
     pub const fn from_raw(signo: libc::c_int) -> Signal {
         Signal(signo)
     }
 
-    /// The signal's number.
+    /// The signal's number: Go's `int(sig)` of a `syscall.Signal`. Never
+    /// blocks or panics.
     pub const fn as_raw(self) -> libc::c_int {
         self.0
     }

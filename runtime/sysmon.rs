@@ -225,8 +225,8 @@ const MAX_DELAY_US: u64 = 10_000;
 /// within ~1 ms after the first preemption.
 const ATTENTIVE_NS: i64 = 100_000_000;
 
-/// Longest sleep within ATTENTIVE_NS of a preemption (a quarter of the
-/// default 10 ms slice; shorter for a shorter Config::time_slice).
+/// Longest sleep within ATTENTIVE_NS of a preemption (a tenth of the
+/// default 10 ms slice; a quarter of a Config::time_slice below 4 ms).
 const ATTENTIVE_DELAY_US: u64 = 1_000;
 
 /// sysmon's timer slack (ns; `os::set_timer_slack`).

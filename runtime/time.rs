@@ -162,7 +162,8 @@ impl Timer {
     }
 
     /// The channel on which the time is delivered (Go's `t.C`). For an
-    /// [`after_func`] timer, a channel that never receives.
+    /// [`after_func`] timer, a channel that never receives. Never blocks
+    /// (receiving on it does).
     pub fn receiver(&self) -> &Receiver<Instant> {
         &self.rx
     }
@@ -289,7 +290,8 @@ impl Ticker {
         Ticker { core, rx }
     }
 
-    /// The channel on which ticks are delivered (Go's `t.C`).
+    /// The channel on which ticks are delivered (Go's `t.C`). Never blocks
+    /// (receiving on it does).
     pub fn receiver(&self) -> &Receiver<Instant> {
         &self.rx
     }
@@ -309,7 +311,8 @@ impl Ticker {
     }
 
     /// Stops the ticker and restarts it with period `d` (Go's
-    /// Ticker.Reset); the next tick arrives after `d`.
+    /// Ticker.Reset); the next tick arrives after `d`. Never blocks for
+    /// long (takes the timer's lock).
     ///
     /// Panics if `d` is zero ("non-positive interval for Ticker.Reset", as
     /// Go); the ticker is left as it was.
@@ -338,7 +341,9 @@ fn recv_never_closed(rx: &Receiver<Instant>) -> Instant {
     rx.recv().expect("a timer's channel is never closed")
 }
 
-/// The current time as seen by the runtime's timers (monotonic).
+/// The current time as seen by the runtime's timers: `Instant::now()`,
+/// CLOCK_MONOTONIC with ns resolution. Go's `time.Now` (its monotonic
+/// reading). Never blocks.
 pub fn now() -> Instant {
     Instant::now()
 }

@@ -51,7 +51,7 @@ pub(crate) enum WaitReason {
     SyncRWMutexLock = 8,
     /// `goro::sync::WaitGroup::wait`.
     SyncWaitGroupWait = 9,
-    /// `goro::sync::Condvar::wait`.
+    /// `goro::sync::Cond::wait`.
     SyncCondWait = 10,
     /// `goro::sync::Semaphore::acquire` and other raw semaphore waits.
     Semacquire = 11,

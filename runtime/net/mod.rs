@@ -76,7 +76,9 @@ macro_rules! std_conversions {
     ($t:ident, $std:ty, without TryFrom) => {
         impl $t {
             /// Deregisters the socket and returns it as a blocking std
-            /// socket.
+            /// socket. Never blocks. Errors: fcntl's, if the blocking mode
+            /// cannot be restored (not for an open fd). No Go counterpart
+            /// (Go's `File()` returns a dup instead).
             ///
             /// The blocking mode belongs to the socket, not the handle: goro
             /// handles made from this one with `try_clone` (dup) become
@@ -203,24 +205,32 @@ macro_rules! common_socket_methods {
             /// Sets the timeout of each read-side operation (std's
             /// `set_read_timeout`; Go's SetReadDeadline relative to each
             /// call). `None` waits forever. An operation that waits longer
-            /// fails with `ErrorKind::TimedOut`. Errors: `InvalidInput` for
-            /// a zero duration.
+            /// fails with `ErrorKind::TimedOut`. ns resolution; a duration
+            /// too large to add to the clock (about 292 years) waits
+            /// forever. Never blocks. Errors: `InvalidInput` for a zero
+            /// duration.
             pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
                 self.fd.set_timeout(crate::netpoll::Mode::Read, t)
             }
 
-            /// Sets the timeout of each write-side operation; see
-            /// `set_read_timeout`.
+            /// Sets the timeout of each write-side operation (std's
+            /// `set_write_timeout`; Go's SetWriteDeadline relative to each
+            /// call), as `set_read_timeout` does for reads. `None` waits
+            /// forever. Never blocks. Errors: `InvalidInput` for a zero
+            /// duration.
             pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
                 self.fd.set_timeout(crate::netpoll::Mode::Write, t)
             }
 
-            /// The read timeout (`None`: none).
+            /// The read timeout (`None`: none). Never blocks and never
+            /// fails (`io::Result` for std's signature). No Go counterpart
+            /// (Go's deadlines cannot be read back).
             pub fn read_timeout(&self) -> std::io::Result<Option<std::time::Duration>> {
                 Ok(self.fd.timeout(crate::netpoll::Mode::Read))
             }
 
-            /// The write timeout (`None`: none).
+            /// The write timeout (`None`: none). Never blocks and never
+            /// fails (`io::Result` for std's signature). No Go counterpart.
             pub fn write_timeout(&self) -> std::io::Result<Option<std::time::Duration>> {
                 Ok(self.fd.timeout(crate::netpoll::Mode::Write))
             }
@@ -255,7 +265,9 @@ macro_rules! common_socket_methods {
                 })
             }
 
-            /// Gets and clears the socket's pending error (SO_ERROR).
+            /// Gets and clears the socket's pending error (SO_ERROR). Never
+            /// blocks. Errors: getsockopt's. No Go counterpart (Go reads
+            /// SO_ERROR only inside Dial).
             pub fn take_error(&self) -> std::io::Result<Option<std::io::Error>> {
                 self.inner.take_error()
             }

@@ -110,22 +110,28 @@ impl TcpListener {
         }
     }
 
-    /// The bound address (e.g. the port chosen for port 0).
+    /// The bound address (e.g. the port chosen for port 0): Go's
+    /// `Listener.Addr`. Never blocks. Errors: getsockname's.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
 
     /// A second handle to the same socket (dup), registered separately.
+    /// Never blocks. Errors: dup's (`EMFILE`) or the poller's registration
+    /// (resource exhaustion). No Go counterpart (Go's `File()` dups too).
     pub fn try_clone(&self) -> io::Result<TcpListener> {
         TcpListener::try_from(self.inner.try_clone()?)
     }
 
-    /// Sets IP_TTL.
+    /// Sets IP_TTL (hops, 1..=255). Never blocks. Errors: setsockopt's
+    /// (`InvalidInput` out of range). No Go counterpart in net (x/net/ipv4
+    /// sets it per connection).
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
         self.inner.set_ttl(ttl)
     }
 
-    /// IP_TTL's value.
+    /// IP_TTL's value (hops). Never blocks. Errors: getsockopt's. No Go
+    /// counterpart in net.
     pub fn ttl(&self) -> io::Result<u32> {
         self.inner.ttl()
     }
@@ -246,51 +252,64 @@ impl TcpStream {
         self.fd.write_io(|| (&self.inner).write(buf))
     }
 
-    /// Reads without consuming (MSG_PEEK); parks like `read`.
+    /// Reads without consuming (MSG_PEEK); parks like `read` (and, like
+    /// it, gives up at the read timeout with `TimedOut`). Errors: recv's,
+    /// or `NotConnected` after `close`. No Go counterpart (Go's
+    /// `bufio.Reader.Peek` buffers instead).
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.fd.read_io(|| self.inner.peek(buf))
     }
 
-    /// The remote address.
+    /// The remote address: Go's `Conn.RemoteAddr`. Never blocks. Errors:
+    /// getpeername's (`NotConnected`).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.inner.peer_addr()
     }
 
-    /// The local address.
+    /// The local address: Go's `Conn.LocalAddr`. Never blocks. Errors:
+    /// getsockname's.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
 
     /// Shuts down one or both halves (Go's CloseRead/CloseWrite). A peer
-    /// blocked reading sees EOF after `Shutdown::Write`.
+    /// blocked reading sees EOF after `Shutdown::Write`. Never blocks.
+    /// Errors: shutdown's (`NotConnected` if the connection is gone).
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.inner.shutdown(how)
     }
 
     /// Sets TCP_NODELAY. On by default for streams from `accept`,
     /// `connect` and `connect_timeout`, as in Go (std leaves Nagle's
-    /// algorithm on); a stream converted from std keeps its setting.
+    /// algorithm on); a stream converted from std keeps its setting. Go's
+    /// `TCPConn.SetNoDelay`. Never blocks. Errors: setsockopt's.
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
         self.inner.set_nodelay(on)
     }
 
-    /// TCP_NODELAY.
+    /// Whether TCP_NODELAY is set. Never blocks. Errors: getsockopt's. No
+    /// Go counterpart (Go cannot read it back).
     pub fn nodelay(&self) -> io::Result<bool> {
         self.inner.nodelay()
     }
 
-    /// Sets IP_TTL.
+    /// Sets IP_TTL (hops, 1..=255). Never blocks. Errors: setsockopt's
+    /// (`InvalidInput` out of range). No Go counterpart in net (x/net/ipv4's
+    /// `Conn.SetTTL`).
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
         self.inner.set_ttl(ttl)
     }
 
-    /// IP_TTL's value.
+    /// IP_TTL's value (hops). Never blocks. Errors: getsockopt's. No Go
+    /// counterpart in net (x/net/ipv4's `Conn.TTL`).
     pub fn ttl(&self) -> io::Result<u32> {
         self.inner.ttl()
     }
 
     /// A second handle to the same connection (dup), registered with the
-    /// poller separately; timeouts are not copied.
+    /// poller separately; timeouts are not copied. Never blocks. Errors:
+    /// dup's (`EMFILE`) or the poller's registration (resource
+    /// exhaustion). No Go counterpart (Go's `File()` dups too).
     pub fn try_clone(&self) -> io::Result<TcpStream> {
         TcpStream::from_nonblocking(self.inner.try_clone()?)
     }

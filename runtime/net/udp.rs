@@ -25,12 +25,13 @@ impl UdpSocket {
 
     /// Receives one datagram and its source; parks until one arrives.
     /// A datagram longer than `buf` is truncated. Errors: recvfrom's, the
-    /// read timeout, or the closed error.
+    /// read timeout, or the closed error. Go's `UDPConn.ReadFrom`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.fd.read_io(|| self.inner.recv_from(buf))
     }
 
-    /// Like `recv_from` without consuming the datagram.
+    /// Like `recv_from` without consuming the datagram: parks until one
+    /// arrives. Errors: as `recv_from`. No Go counterpart.
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.fd.read_io(|| self.inner.peek_from(buf))
     }
@@ -38,68 +39,89 @@ impl UdpSocket {
     /// Sends one datagram to `addr` (resolved inside `blocking`, so prefer
     /// a `SocketAddr` in hot loops); returns the bytes sent. Errors:
     /// resolution, sendto's (e.g. `ConnectionRefused` reported from an
-    /// earlier ICMP error), the write timeout, or the closed error.
+    /// earlier ICMP error), the write timeout, or the closed error. Parks
+    /// only while the socket's send buffer is full (rare for UDP). Go's
+    /// `UDPConn.WriteTo`.
     pub fn send_to<A: ToSocketAddrs>(&self, buf: &[u8], addr: A) -> io::Result<usize> {
         let a = resolve(addr)?[0];
         self.fd.write_io(|| self.inner.send_to(buf, a))
     }
 
     /// Sets the default peer (std's `connect`; Go's DialUDP): `send` and
-    /// `recv` then use it, and datagrams from others are dropped.
+    /// `recv` then use it, and datagrams from others are dropped. Does not
+    /// wait for the peer (UDP has no handshake); names are resolved inside
+    /// `blocking`. Errors: resolution or connect's (e.g.
+    /// `NetworkUnreachable`).
     pub fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
         let addrs = resolve(addr)?;
         self.inner.connect(&addrs[..])
     }
 
-    /// Sends one datagram to the connected peer.
+    /// Sends one datagram to the connected peer; returns the bytes sent.
+    /// Parks only while the socket's send buffer is full (rare for UDP:
+    /// sends do not wait in practice). Errors: send's (`NotConnected`
+    /// without `connect`; `ConnectionRefused` from an earlier ICMP error),
+    /// the write timeout, or the closed error. Go's `UDPConn.Write`.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         self.fd.write_io(|| send_nosignal(fd, buf))
     }
 
     /// Receives one datagram from the connected peer; parks until one
-    /// arrives.
+    /// arrives. A datagram longer than `buf` is truncated. Errors: recv's
+    /// (`ConnectionRefused` from an earlier ICMP error), the read timeout,
+    /// or the closed error. Go's `UDPConn.Read`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.fd.read_io(|| self.inner.recv(buf))
     }
 
-    /// The bound address.
+    /// The bound address: Go's `LocalAddr`. Never blocks. Errors:
+    /// getsockname's.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
 
-    /// The connected peer's address.
+    /// The connected peer's address: Go's `RemoteAddr`. Never blocks.
+    /// Errors: `NotConnected` without `connect`.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.inner.peer_addr()
     }
 
-    /// Sets SO_BROADCAST.
+    /// Sets SO_BROADCAST (off by default, as in std; Go sets it on every
+    /// UDP socket and has no setter). Never blocks. Errors: setsockopt's.
     pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
         self.inner.set_broadcast(on)
     }
 
-    /// SO_BROADCAST's value.
+    /// Whether SO_BROADCAST is set. Never blocks. Errors: getsockopt's. No
+    /// Go counterpart.
     pub fn broadcast(&self) -> io::Result<bool> {
         self.inner.broadcast()
     }
 
-    /// Sets IP_TTL.
+    /// Sets IP_TTL (hops, 1..=255) for unicast datagrams. Never blocks.
+    /// Errors: setsockopt's (`InvalidInput` out of range). No Go
+    /// counterpart in net (x/net/ipv4's `PacketConn.SetTTL`).
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
         self.inner.set_ttl(ttl)
     }
 
-    /// IP_TTL's value.
+    /// IP_TTL's value (hops). Never blocks. Errors: getsockopt's. No Go
+    /// counterpart in net (x/net/ipv4's `PacketConn.TTL`).
     pub fn ttl(&self) -> io::Result<u32> {
         self.inner.ttl()
     }
 
     /// Receives one datagram from the connected peer without removing it
-    /// from the queue; parks until one arrives. Errors: as `recv`.
+    /// from the queue; parks until one arrives. Errors: as `recv`. No Go
+    /// counterpart.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.fd.read_io(|| self.inner.peek(buf))
     }
 
-    /// A second handle to the same socket (dup), registered separately.
+    /// A second handle to the same socket (dup), registered separately;
+    /// timeouts are not copied. Never blocks. Errors: dup's (`EMFILE`) or
+    /// the poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         UdpSocket::try_from(self.inner.try_clone()?)
     }

@@ -39,12 +39,16 @@ impl UnixListener {
         }
     }
 
-    /// The bound address.
+    /// The bound address: Go's `Listener.Addr`. Never blocks. Errors:
+    /// getsockname's.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
 
     /// A second handle to the same socket (dup), registered separately.
+    /// Never blocks. Errors:
+    /// dup's (`EMFILE`) or the poller's registration (resource
+    /// exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
         UnixListener::try_from(self.inner.try_clone()?)
     }
@@ -83,7 +87,9 @@ impl UnixStream {
         UnixStream::try_from(s)
     }
 
-    /// A connected pair (socketpair(2)).
+    /// A connected pair (socketpair(2)). Never blocks. Errors:
+    /// socketpair's (`EMFILE`) or the poller's registration. No Go
+    /// counterpart in net (`syscall.Socketpair` and `net.FileConn`).
     pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
         let (a, b) = std::os::unix::net::UnixStream::pair()?;
         Ok((UnixStream::try_from(a)?, UnixStream::try_from(b)?))
@@ -98,22 +104,28 @@ impl UnixStream {
         self.fd.write_io(|| send_nosignal(fd, buf))
     }
 
-    /// The local address.
+    /// The local address (unnamed for a connecting end): Go's
+    /// `Conn.LocalAddr`. Never blocks. Errors: getsockname's.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
 
-    /// The peer's address.
+    /// The peer's address: Go's `Conn.RemoteAddr`. Never blocks. Errors:
+    /// getpeername's (`NotConnected`).
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.inner.peer_addr()
     }
 
     /// Shuts down one or both halves; the peer reads EOF after `Write`.
+    /// Go's `UnixConn.CloseRead`/`CloseWrite`. Never blocks. Errors:
+    /// shutdown's (`NotConnected`).
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.inner.shutdown(how)
     }
 
-    /// A second handle to the same connection (dup), registered separately.
+    /// A second handle to the same connection (dup), registered separately;
+    /// timeouts are not copied. Never blocks. Errors: dup's (`EMFILE`) or the
+    /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
         UnixStream::try_from(self.inner.try_clone()?)
     }
@@ -131,65 +143,88 @@ pub struct UnixDatagram {
 }
 
 impl UnixDatagram {
-    /// Binds to the filesystem `path`.
+    /// Binds to the filesystem `path` (which must not exist): Go's
+    /// `net.ListenUnixgram`. Never blocks. Errors: bind's (e.g. `AddrInUse`,
+    /// `NotFound` for a missing directory) or the poller's registration.
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixDatagram> {
         UnixDatagram::try_from(std::os::unix::net::UnixDatagram::bind(path)?)
     }
 
-    /// An unbound socket (it can still `send_to`).
+    /// An unbound socket (it can still `send_to`). Never blocks. Errors:
+    /// socket's (`EMFILE`) or the poller's registration. No Go counterpart.
     pub fn unbound() -> io::Result<UnixDatagram> {
         UnixDatagram::try_from(std::os::unix::net::UnixDatagram::unbound()?)
     }
 
-    /// A connected pair (socketpair(2)).
+    /// A connected pair (socketpair(2)). Never blocks. Errors:
+    /// socketpair's (`EMFILE`) or the poller's registration. No Go
+    /// counterpart in net (`syscall.Socketpair` and `net.FileConn`).
     pub fn pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
         let (a, b) = std::os::unix::net::UnixDatagram::pair()?;
         Ok((UnixDatagram::try_from(a)?, UnixDatagram::try_from(b)?))
     }
 
-    /// Sets the default peer for `send`/`recv`.
+    /// Sets the default peer for `send`/`recv`: Go's
+    /// `net.DialUnix("unixgram", ...)`. Never blocks. Errors: connect's
+    /// (e.g. `NotFound`, `ConnectionRefused`).
     pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
         self.inner.connect(path)
     }
 
     /// Sends one datagram to `path`; parks while the peer's queue is full.
+    /// Returns the bytes sent. Errors: sendto's (e.g. `NotFound`,
+    /// `ConnectionRefused`), the write timeout, or the closed error. Go's
+    /// `UnixConn.WriteTo`.
     pub fn send_to<P: AsRef<Path>>(&self, buf: &[u8], path: P) -> io::Result<usize> {
         let p = path.as_ref();
         self.fd.write_io(|| self.inner.send_to(buf, p))
     }
 
-    /// Sends one datagram to the connected peer.
+    /// Sends one datagram to the connected peer; parks while the peer's
+    /// queue is full. Returns the bytes sent. Errors: send's
+    /// (`NotConnected` without `connect`, `ConnectionRefused` once the
+    /// peer is gone), the write timeout, or the closed error. Go's
+    /// `UnixConn.Write`.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let fd = self.inner.as_raw_fd();
         self.fd.write_io(|| send_nosignal(fd, buf))
     }
 
-    /// Receives one datagram and its source; parks until one arrives.
+    /// Receives one datagram and its source; parks until one arrives. A
+    /// datagram longer than `buf` is truncated. Errors: recvfrom's, the
+    /// read timeout, or the closed error. Go's `UnixConn.ReadFrom`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.fd.read_io(|| self.inner.recv_from(buf))
     }
 
-    /// Receives one datagram; parks until one arrives.
+    /// Receives one datagram; parks until one arrives. A datagram longer
+    /// than `buf` is truncated. Errors: recv's, the read timeout, or the
+    /// closed error. Go's `UnixConn.Read`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.fd.read_io(|| self.inner.recv(buf))
     }
 
-    /// The local address.
+    /// The local address (unnamed if unbound): Go's `LocalAddr`. Never
+    /// blocks. Errors: getsockname's.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
     }
 
-    /// The connected peer's address.
+    /// The connected peer's address: Go's `RemoteAddr`. Never blocks.
+    /// Errors: `NotConnected` without `connect`.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.inner.peer_addr()
     }
 
-    /// Shuts down one or both halves.
+    /// Shuts down one or both halves: Go's `UnixConn.CloseRead`/
+    /// `CloseWrite`. Never blocks. Errors: shutdown's.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         self.inner.shutdown(how)
     }
 
-    /// A second handle to the same socket (dup), registered separately.
+    /// A second handle to the same socket (dup), registered separately;
+    /// timeouts are not copied. Never blocks. Errors: dup's (`EMFILE`) or the
+    /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
         UnixDatagram::try_from(self.inner.try_clone()?)
     }

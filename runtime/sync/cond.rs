@@ -36,7 +36,9 @@ pub struct Cond {
 }
 
 impl Cond {
-    /// A condition variable with no waiters.
+    /// A condition variable with no waiters; usable in a `static`. Never
+    /// blocks. Go's `sync.NewCond(l)`, without `l`: each `wait` is given
+    /// the guard of the mutex it releases.
     pub const fn new() -> Cond {
         Cond {
             notify: NotifyList::new(),
@@ -59,7 +61,10 @@ impl Cond {
     }
 
     /// Waits (as [`Cond::wait`]) while `condition` returns true; returns
-    /// the guard with the condition false.
+    /// the guard with the condition false. Parks the goroutine (blocks the
+    /// thread) in each wait. If `condition` panics, the guard is dropped
+    /// (the mutex unlocked) and the panic propagates. Go's idiom
+    /// `for cond() { c.Wait() }`; no Go function.
     pub fn wait_while<'a, T: ?Sized, F: FnMut(&mut T) -> bool>(
         &self,
         mut guard: MutexGuard<'a, T>,

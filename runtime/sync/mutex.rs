@@ -324,7 +324,8 @@ impl<T: ?Sized> std::panic::UnwindSafe for Mutex<T> {}
 impl<T: ?Sized> std::panic::RefUnwindSafe for Mutex<T> {}
 
 impl<T> Mutex<T> {
-    /// An unlocked mutex holding `value`.
+    /// An unlocked mutex holding `value`; usable in a `static`. Never
+    /// blocks. Go's zero `sync.Mutex` (with the data beside it).
     pub const fn new(value: T) -> Mutex<T> {
         Mutex {
             raw: RawMutex::new(),
@@ -332,7 +333,8 @@ impl<T> Mutex<T> {
         }
     }
 
-    /// Consumes the mutex and returns the value (no locking needed).
+    /// Consumes the mutex and returns the value (no locking needed). Never
+    /// blocks. No Go counterpart (Go's Mutex holds no data).
     pub fn into_inner(self) -> T {
         self.data.into_inner()
     }
@@ -391,7 +393,7 @@ impl<T: ?Sized> Mutex<T> {
     }
 
     /// Mutable access without locking: `&mut self` proves no one else can
-    /// hold the lock.
+    /// hold the lock. Never blocks. No Go counterpart.
     pub fn get_mut(&mut self) -> &mut T {
         self.data.get_mut()
     }

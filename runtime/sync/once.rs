@@ -24,7 +24,8 @@ pub struct Once {
 }
 
 impl Once {
-    /// A Once that has not run yet.
+    /// A Once that has not run yet; usable in a `static`. Never blocks.
+    /// Go's zero `sync.Once`.
     pub const fn new() -> Once {
         Once {
             done: AtomicU32::new(0),
@@ -45,7 +46,9 @@ impl Once {
         }
     }
 
-    /// Whether a call has completed (returned or panicked).
+    /// Whether a call has completed (returned or panicked); if true, its
+    /// effects are visible. Never blocks. No Go counterpart (Go's Once
+    /// has no query).
     pub fn is_completed(&self) -> bool {
         self.done.load(Ordering::Acquire) != 0
     }

@@ -64,7 +64,8 @@ impl<T: ?Sized> std::panic::UnwindSafe for RwLock<T> {}
 impl<T: ?Sized> std::panic::RefUnwindSafe for RwLock<T> {}
 
 impl<T> RwLock<T> {
-    /// An unlocked lock holding `value`.
+    /// An unlocked lock holding `value`; usable in a `static`. Never
+    /// blocks. Go's zero `sync.RWMutex` (with the data beside it).
     pub const fn new(value: T) -> RwLock<T> {
         RwLock {
             w: RawMutex::new(),
@@ -76,7 +77,8 @@ impl<T> RwLock<T> {
         }
     }
 
-    /// Consumes the lock and returns the value.
+    /// Consumes the lock and returns the value (no locking needed). Never
+    /// blocks. No Go counterpart (Go's RWMutex holds no data).
     pub fn into_inner(self) -> T {
         self.data.into_inner()
     }
@@ -210,6 +212,7 @@ impl<T: ?Sized> RwLock<T> {
     }
 
     /// Mutable access without locking (`&mut self` proves exclusivity).
+    /// Never blocks. No Go counterpart.
     pub fn get_mut(&mut self) -> &mut T {
         self.data.get_mut()
     }

@@ -27,9 +27,11 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
-    /// A semaphore with `permits` available permits.
+    /// A semaphore with `permits` available permits; usable in a `static`.
+    /// Never blocks. Go has no constructor: a `uint32` semaphore word
+    /// initialised to `permits` for `runtime_Semacquire`.
     ///
-    /// Panics if `permits > u32::MAX`.
+    /// Panics if `permits > u32::MAX` (at compile time in a `const`).
     pub const fn new(permits: usize) -> Semaphore {
         assert!(
             permits <= u32::MAX as usize,
@@ -42,18 +44,21 @@ impl Semaphore {
 
     /// Takes a permit, parking the goroutine (blocking the thread) until
     /// one is available. A preemption point, as
-    /// [`Mutex::lock`](crate::sync::Mutex::lock).
+    /// [`Mutex::lock`](crate::sync::Mutex::lock). Go's
+    /// `runtime_Semacquire`; never panics.
     pub fn acquire(&self) {
         crate::park::preempt_check();
         semacquire(&self.count, false, WaitReason::Semacquire);
     }
 
-    /// Takes a permit if one is available now. Never blocks.
+    /// Takes a permit if one is available now. Never blocks. Go's
+    /// `cansemacquire` (runtime-internal; no exported Go function).
     pub fn try_acquire(&self) -> bool {
         cansemacquire(&self.count)
     }
 
-    /// Returns a permit, waking one waiter if any. Never blocks.
+    /// Returns a permit, waking one waiter if any. Never blocks. Go's
+    /// `runtime_Semrelease` (without handoff).
     ///
     /// Panics if that would exceed `u32::MAX` available permits.
     #[track_caller]
@@ -63,7 +68,8 @@ impl Semaphore {
         }
     }
 
-    /// Permits available at this instant (a racy snapshot).
+    /// Permits available at this instant (a racy snapshot). Never blocks.
+    /// No Go counterpart (Go reads the semaphore word directly).
     pub fn available_permits(&self) -> usize {
         // Relaxed: a snapshot for display/heuristics.
         self.count.load(Ordering::Relaxed) as usize

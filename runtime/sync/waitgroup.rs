@@ -44,7 +44,8 @@ pub struct WaitGroup {
 }
 
 impl WaitGroup {
-    /// A group with counter 0.
+    /// A group with counter 0 (one small allocation; never blocks). Go's
+    /// zero `sync.WaitGroup`.
     pub fn new() -> WaitGroup {
         WaitGroup {
             inner: Arc::new(Inner {
