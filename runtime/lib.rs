@@ -74,6 +74,8 @@ mod local;
 mod lock_futex;
 mod m;
 mod netpoll;
+#[cfg(all(test, goro_loom))]
+mod netpoll_model;
 mod os;
 mod p;
 mod park;
@@ -85,8 +87,9 @@ mod scope;
 mod select;
 mod sema;
 mod shrink;
-// loom models of the semaphore's wake-up and handoff and of the spinning-M
-// protocol (docs/TESTING.md, "Model tests").
+// loom models of the semaphore's wake-up and handoff, of the spinning-M
+// protocol and of the netpoller's poll descriptors (docs/TESTING.md,
+// "Model tests").
 #[cfg(all(test, goro_loom))]
 mod sema_model;
 mod signal_unix;
