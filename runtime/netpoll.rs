@@ -544,8 +544,16 @@ fn ready_cold(slot: &AtomicUsize, out: &mut Vec<*mut G>) {
 /// returning the parked G the caller now owns and must ready, or null.
 fn unblock(slot: &AtomicUsize, ioready: bool) -> *mut G {
     loop {
-        // Acquire: pairs with block_commit's publication of the G.
-        let old = slot.load(Ordering::Acquire);
+        // SeqCst, as Go's gpp.Load(): in `evict` this load follows the
+        // SeqCst `closing` store, and the pair must not be reordered (the
+        // waiter's side is its SeqCst claim, then its `closing` load;
+        // essay: closing). With Acquire, Rust's memory model lets this
+        // load miss a claim made before the waiter read `closing` false,
+        // and the closed waiter is never woken (the loom model
+        // netpoll_model.rs found it; on x86_64 and aarch64 the code
+        // generated happened to order the pair). Also acquires the G
+        // that block_commit published.
+        let old = slot.load(Ordering::SeqCst);
         if old == PD_READY {
             return core::ptr::null_mut();
         }

@@ -49,13 +49,13 @@
 //! (sema_model.rs explains). The one such pair here is the closing race:
 //! `wait` claims the slot (SeqCst CAS, netpoll.rs:424) then loads
 //! `closing` (SeqCst, :432); `evict` stores `closing` (SeqCst, :366) then
-//! loads the slot in `unblock` (:539). That last load is **Acquire** in the
-//! real code (Go's is a sequentially consistent `gpp.Load()`), so evict's
-//! side has no StoreLoad order in the language's memory model, and the
-//! model of the code as it is (`REAL`: `Bugs::evict_acquire_load`) loses
-//! the closed reader's wake-up (`loom_netpoll_real_code_close`, the
-//! finding written up in docs/TESTING.md). `FIXED` is the code with that
-//! load SeqCst (a fence before it here). Every other order the protocol
+//! loads the slot in `unblock` (:539). That last load was **Acquire** in
+//! the code until session 27 (Go's is a sequentially consistent
+//! `gpp.Load()`), so evict's side had no StoreLoad order in the language's
+//! memory model, and the model of that code (`Bugs::evict_acquire_load`)
+//! loses the closed reader's wake-up (`loom_netpoll_bug_evict_acquire_load`,
+//! the finding written up in docs/TESTING.md). The code now makes that load
+//! SeqCst, as `FIXED` does (a fence before it here). Every other order the protocol
 //! needs is an RMW on the slot (all RMWs on one location are ordered) or
 //! a happens-before through a lock (the kernel's socket lock between a
 //! read syscall and the arrival of data it missed, fd.rs:190-194; the
@@ -99,13 +99,12 @@ const LEN: u32 = 2;
 /// Reader Gs per scenario, at most.
 const GS: usize = 2;
 
-/// The protocol as the real code has it, fixed (`FIXED`), as it is today
-/// (`REAL`), or with a bug put back.
+/// The protocol as the real code has it (`FIXED`), or with a bug put back.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Bugs {
-    /// The real code today: `unblock`'s first load of the slot is Acquire
-    /// (netpoll.rs:539), so evict's SeqCst `closing` store (:366) is not
-    /// ordered before it (no fence on that side).
+    /// The code until session 27: `unblock`'s first load of the slot is
+    /// Acquire (netpoll.rs:539), so evict's SeqCst `closing` store (:366)
+    /// is not ordered before it (no fence on that side).
     evict_acquire_load: bool,
     /// The claim (netpoll.rs:424) weakened to AcqRel: no StoreLoad order
     /// before the `closing` load on the reader's side.
@@ -143,12 +142,6 @@ const FIXED: Bugs = Bugs {
     no_tick_recheck: false,
     skip_ignores_rclosed: false,
     eagain_after_wake_is_eof: false,
-};
-
-/// runtime/netpoll.rs and runtime/net/fd.rs as they are today.
-const REAL: Bugs = Bugs {
-    evict_acquire_load: true,
-    ..FIXED
 };
 
 /// netpoll.rs `PollDesc` (the read side).
@@ -1084,16 +1077,23 @@ fn loom_netpoll_recycle() {
     recycle(FIXED, Some(2));
 }
 
-// ----- the code as it is today --------------------------------------------------
+// ----- the code before session 27's fix -----------------------------------------
 
-/// `evict`'s Acquire load of the slot after its SeqCst `closing` store:
-/// the reader claims the slot and reads `closing` false, evict's load
-/// reads the slot from before the claim (NIL) and wakes nobody, the
-/// reader parks for ever (docs/TESTING.md: the finding).
+/// `evict`'s Acquire load of the slot after its SeqCst `closing` store
+/// (netpoll.rs `unblock` until session 27): the reader claims the slot and
+/// reads `closing` false, evict's load reads the slot from before the
+/// claim (NIL) and wakes nobody, the reader parks for ever
+/// (docs/TESTING.md: the finding).
 #[test]
 #[should_panic(expected = "lost wake-up")]
-fn loom_netpoll_real_code_close() {
-    close(REAL, Some(2));
+fn loom_netpoll_bug_evict_acquire_load() {
+    close(
+        Bugs {
+            evict_acquire_load: true,
+            ..FIXED
+        },
+        Some(2),
+    );
 }
 
 // ----- broken variants: loom finds each ---------------------------------------
