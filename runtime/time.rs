@@ -100,7 +100,7 @@ fn period_of(d: Duration) -> i64 {
 /// timeouts do not accumulate.
 pub fn after(d: Duration) -> Receiver<Instant> {
     let t = Timer::new(d);
-    t.rx
+    t.rx.expect("a channel timer has its channel")
 }
 
 /// A channel that receives the time every `d` (Go's time.Tick): one buffer
@@ -148,8 +148,17 @@ fn check_period(d: Duration, what: &str) {
 /// ```
 pub struct Timer {
     core: Arc<TimerCore>,
-    rx: Receiver<Instant>,
+    /// The timer's channel; None for an [`after_func`] timer, whose
+    /// `receiver()` is the shared [`FUNC_TIMER_RX`].
+    rx: Option<Receiver<Instant>>,
 }
+
+/// What every [`after_func`] timer's `receiver()` returns (Go: its `C` is
+/// nil): one never-receiving channel for all of them, not one each (a
+/// channel is ~200 bytes; programs keep 100,000s of idle-connection
+/// timers, h20's idletimers).
+static FUNC_TIMER_RX: std::sync::LazyLock<Receiver<Instant>> =
+    std::sync::LazyLock::new(crate::chan::never);
 
 impl Timer {
     /// A timer that sends the current time on its channel after `d` (Go's
@@ -158,14 +167,14 @@ impl Timer {
         let (c, rx) = senderless::<Instant>(1);
         let core = TimerCore::new(Kind::Chan(c), 0);
         core.reset(d, None);
-        Timer { core, rx }
+        Timer { core, rx: Some(rx) }
     }
 
     /// The channel on which the time is delivered (Go's `t.C`). For an
     /// [`after_func`] timer, a channel that never receives. Never blocks
     /// (receiving on it does).
     pub fn receiver(&self) -> &Receiver<Instant> {
-        &self.rx
+        self.rx.as_ref().unwrap_or(&FUNC_TIMER_RX)
     }
 
     /// Waits for the timer's value (Go's `<-t.C`): the same as
@@ -173,7 +182,7 @@ impl Timer {
     /// goroutine (blocks a plain thread) until the timer fires; forever
     /// if it was stopped, or for an [`after_func`] timer.
     pub fn recv(&self) -> Instant {
-        recv_never_closed(&self.rx)
+        recv_never_closed(self.receiver())
     }
 
     /// Prevents the timer from firing (Go's Timer.Stop). Returns `true` if
@@ -254,10 +263,7 @@ where
 {
     let core = TimerCore::new(Kind::Func(Arc::new(f)), 0);
     core.reset(d, None);
-    Timer {
-        core,
-        rx: crate::chan::never(),
-    }
+    Timer { core, rx: None }
 }
 
 /// A ticker (Go's time.Ticker from time.NewTicker): sends the current time

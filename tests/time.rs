@@ -478,6 +478,15 @@ fn after_func_runs_in_new_goroutine() {
             t.receiver().try_recv(),
             Err(goro::TryRecvError::Empty)
         ));
+        // ... and is one channel shared by all of them (Go's nil C), not
+        // a channel built per timer (h20: 100,000 idle-connection timers).
+        let u = after_func(Duration::from_secs(3600), || {});
+        assert!(std::ptr::eq(t.receiver(), u.receiver()));
+        assert!(u.stop());
+        assert!(matches!(
+            u.receiver().recv_timeout(Duration::from_millis(1)),
+            Err(goro::RecvTimeoutError::Timeout)
+        ));
     });
 }
 
