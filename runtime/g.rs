@@ -184,8 +184,9 @@ impl G {
         GStatus::from_u32(self.status.load(Ordering::Acquire) & !SCAN)
     }
 
-    /// Go's casgstatus: the only way statuses change. Throws on an illegal
-    /// or lost transition (a runtime bug). A transition out of `Waiting`
+    /// Go's casgstatus: the only way statuses change. Throws on a lost
+    /// transition (the status was not `from`: a runtime bug); debug builds
+    /// also assert that the transition is a legal one. A transition out of `Waiting`
     /// that finds the shrinker's scan bit set waits for it to clear (the
     /// protocol is in shrink.rs); the wait is on the CAS-failure path only,
     /// so the successful CAS costs what it did before.
