@@ -27,7 +27,8 @@ per() {
     read -r i1 d1 < <(count "$what" "$n" "$lo")
     read -r i2 d2 < <(count "$what" "$n" "$hi")
     awk -v i1="$i1" -v i2="$i2" -v d1="$d1" -v d2="$d2" -v w=$(((hi - lo) * per_unit)) -v what="$what" -v n="$n" \
-        'BEGIN { printf "%-5s N=%-6d per wake-up: %7.1f instructions, %5.2f L1d misses\n", what, n, (i2 - i1) / w, (d2 - d1) / w }'
+        'BEGIN { printf "%-6s N=%-6d per wake-up: %7.1f instructions, %5.2f L1d misses\n", what, n, (i2 - i1) / w, (d2 - d1) / w }'
 }
 per net 5 25 "$n"
+per netdl 5 25 "$n"
 per ring 100000 500000 1

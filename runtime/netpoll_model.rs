@@ -30,6 +30,10 @@
 //!   `Mutex`): the clock passes the deadline once, at some point of the
 //!   interleaving, and from then on every armed timer runs
 //!   (`deadline_fired`: the `rseq` check, `unblock(rg, false)`, goready).
+//!   (The real code serves a direction's successive timed waits with one
+//!   heap entry, netpoll.rs `DeadlineTimer`, which calls `deadline_fired`
+//!   with the current wait's `seq` once that wait's deadline has passed;
+//!   modelled as one armed timer per timed wait.)
 //!   A timer armed after the clock passed its deadline runs too (the real
 //!   timer heap runs it at its next check), so the runner waits while a
 //!   reader is between reading the clock and arming (`arming`);
@@ -173,7 +177,7 @@ struct Kernel {
 struct Timers {
     /// The clock passed the deadline (`deadline <= nanotime()`).
     expired: bool,
-    /// Armed deadline timers: their `seq` (timer.rs `Action::Call`).
+    /// Armed deadline timers: their `seq` (netpoll.rs `DeadlineTimer`).
     heap: Vec<u64>,
     /// A reader read the clock (not expired) and has not armed yet.
     arming: bool,

@@ -45,14 +45,12 @@ pub(crate) enum Action {
     /// `reset` since this entry was queued bumped the generation and made
     /// the entry stale (Go 1.23 deletes lazily too).
     User { t: Arc<TimerCore>, gen: u64 },
-    /// Call `f(arg, seq)` (Go's timer f/arg/seq), unless `*gen != seq`
-    /// by then: the owner bumps `gen` to cancel (netpoll deadlines). `gen`
-    /// must live forever (poll descriptors are never freed).
-    Call {
-        f: fn(usize, u64),
-        arg: usize,
-        gen: &'static core::sync::atomic::AtomicU64,
-        seq: u64,
+    /// A poll descriptor's deadline carrier of generation `carrier`
+    /// (netpoll.rs `DeadlineTimer`): stale once another carrier took over.
+    Deadline {
+        pd: &'static crate::netpoll::PollDesc,
+        mode: crate::netpoll::Mode,
+        carrier: u64,
     },
 }
 
@@ -414,7 +412,7 @@ impl Timer {
             // timer's lock (TimerCore::purgeable).
             Action::User { t, gen } => t.purgeable(*gen),
             // Relaxed: as above, a cancelled call stays cancelled.
-            Action::Call { gen, seq, .. } => gen.load(Ordering::Relaxed) != *seq,
+            Action::Deadline { pd, mode, carrier } => pd.deadline_stale(*mode, *carrier),
             Action::Ready(_) => false,
         }
     }
@@ -562,11 +560,8 @@ impl Timers {
                     core.fire(gen, now, self);
                     release(core);
                 }
-                Action::Call { f, arg, gen, seq } => {
-                    // Relaxed: f re-checks seq under its own synchronisation.
-                    if gen.load(Ordering::Relaxed) == seq {
-                        f(arg, seq);
-                    }
+                Action::Deadline { pd, mode, carrier } => {
+                    crate::netpoll::deadline_carrier_fired(pd, mode, carrier, now, self);
                 }
             }
         }
@@ -630,13 +625,12 @@ mod tests {
         let (lg, sg) = unsafe { (&*live_g, &*stale_g) };
         let timers = Timers::new();
         // 2,000 live waits first (more than PURGE_MIN, so they sit in the
-        // heap through every purge below), half select timeouts and half
-        // netpoll-style calls, due in scrambled order.
+        // heap through every purge below), due in scrambled order, and
+        // ready timers (never stale).
         const LIVE: i64 = 2_000;
         let live_seq = 7u64;
         lg.selgen.store(2 * live_seq, Ordering::Relaxed);
-        static CALL_GEN: AtomicU64 = AtomicU64::new(3);
-        fn never(_: usize, _: u64) {}
+        let ready_g = crate::g::G::alloc(None);
         for i in 0..LIVE {
             let when = 1_000 + (i * 7919) % LIVE;
             if i % 2 == 0 {
@@ -648,32 +642,28 @@ mod tests {
                     },
                 );
             } else {
-                timers.add(
-                    when,
-                    Action::Call {
-                        f: never,
-                        arg: 0,
-                        gen: &CALL_GEN,
-                        seq: 3,
-                    },
-                );
+                timers.add(when, Action::Ready(ready_g));
             }
         }
-        // 10,000 timed waits that completed before their timeout (the G's
-        // generation moved past each one), and cancelled calls, due among
-        // the live ones: purging them takes entries from all over the heap,
-        // which must then be rebuilt.
+        // 20,000 timed waits that completed before their timeout (the G's
+        // generation moved past each one), due among the live ones:
+        // purging them takes entries from all over the heap, which must
+        // then be rebuilt.
         for seq in 1..=10_000u64 {
-            sg.selgen.store(2 * seq + 1, Ordering::Relaxed);
+            sg.selgen.store(2 * (2 * seq) + 1, Ordering::Relaxed);
             let when = 1_000 + (seq as i64 * 31) % (2 * LIVE);
-            timers.add(when, Action::SelTimeout { gp: stale_g, seq });
+            timers.add(
+                when,
+                Action::SelTimeout {
+                    gp: stale_g,
+                    seq: 2 * seq - 1,
+                },
+            );
             timers.add(
                 when + 1,
-                Action::Call {
-                    f: never,
-                    arg: 0,
-                    gen: &CALL_GEN,
-                    seq: 4,
+                Action::SelTimeout {
+                    gp: stale_g,
+                    seq: 2 * seq,
                 },
             );
         }
@@ -698,7 +688,7 @@ mod tests {
             whens.push(t.when);
             live += usize::from(match t.action {
                 Action::SelTimeout { gp, .. } => gp == live_g,
-                Action::Call { seq, .. } => seq == 3,
+                Action::Ready(gp) => gp == ready_g,
                 _ => false,
             });
         }

@@ -308,6 +308,78 @@ fn ten_thousand_concurrent_connections() {
     });
 }
 
+/// One deadline timer entry serves a direction's successive timed waits
+/// (netpoll.rs `DeadlineTimer`, Go's pd.rt): each wait must still time
+/// out at its own deadline, whether it is later than the queued entry's
+/// (the entry comes up early and moves), earlier (a new entry), or comes
+/// after every earlier wait has ended (the entry retired).
+#[test]
+fn successive_read_deadlines_each_fire_at_their_own_time() {
+    let _w = init();
+    goro::run(|| {
+        let (c, peer) = tcp_pair();
+        let mut b = [0u8; 1];
+        // Waits that end with data before their 40 ms deadline; each next
+        // deadline is later than the queued entry's.
+        c.set_read_timeout(Some(Duration::from_millis(40))).unwrap();
+        for _ in 0..5 {
+            let p = peer.try_clone().unwrap();
+            let w = goro::go!(move || {
+                goro::time::sleep(Duration::from_millis(5));
+                (&p).write_all(b"x").unwrap();
+            });
+            (&c).read_exact(&mut b).unwrap();
+            w.join().unwrap();
+        }
+        // A later deadline than the entry still queued for the first wait:
+        // the entry comes up first and moves to 120 ms from now.
+        let d = Duration::from_millis(120);
+        c.set_read_timeout(Some(d)).unwrap();
+        let t0 = Instant::now();
+        let e = (&c).read(&mut b).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+        assert!(t0.elapsed() >= d, "timed out early: {:?}", t0.elapsed());
+        // A wait with a far deadline ends with data; then one with a near
+        // deadline must not wait for the far entry.
+        c.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
+        let p = peer.try_clone().unwrap();
+        let w = goro::go!(move || {
+            goro::time::sleep(Duration::from_millis(5));
+            (&p).write_all(b"y").unwrap();
+        });
+        (&c).read_exact(&mut b).unwrap();
+        w.join().unwrap();
+        let d = Duration::from_millis(30);
+        c.set_read_timeout(Some(d)).unwrap();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let e = (&c).read(&mut b).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+            let el = t0.elapsed();
+            assert!(el >= d, "timed out early: {el:?}");
+            // Ten minutes would be the far entry's: a hang the watchdog
+            // reports. Anything under one minute is this wait's own.
+            assert!(
+                el < Duration::from_secs(60),
+                "waited for the far entry: {el:?}"
+            );
+        }
+        // A timed wait that ends with data, then a pause past its deadline:
+        // its entry comes up with no wait on and retires. The next timed
+        // wait must arm a new one.
+        let p = peer.try_clone().unwrap();
+        let w = goro::go!(move || (&p).write_all(b"z").unwrap());
+        (&c).read_exact(&mut b).unwrap();
+        w.join().unwrap();
+        goro::time::sleep(3 * d);
+        let t0 = Instant::now();
+        let e = (&c).read(&mut b).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+        assert!(t0.elapsed() >= d);
+        drop(peer);
+    });
+}
+
 #[test]
 fn read_and_write_deadlines_fire_on_time() {
     let _w = common::watchdog();

@@ -6,6 +6,9 @@
 //!                           socket and reads every echo: N netpoll wake-ups
 //!                           per round, as an HTTP server under wrk with N
 //!                           connections.
+//!     wakes netdl N ROUNDS  the same, every server read with a 10 s read
+//!                           timeout (`set_read_timeout`, Go's
+//!                           SetReadDeadline before each read).
 //!     wakes ring N HOPS     threadring: a token passed HOPS times around N
 //!                           goroutines over unbuffered channels.
 //!
@@ -17,7 +20,7 @@ use std::io::{Read, Write};
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let usage = || -> ! {
-        eprintln!("usage: wakes net N ROUNDS | wakes ring N HOPS");
+        eprintln!("usage: wakes net|netdl N ROUNDS | wakes ring N HOPS");
         std::process::exit(2)
     };
     if args.len() != 4 {
@@ -26,16 +29,18 @@ fn main() {
     let n: usize = args[2].parse().unwrap_or_else(|_| usage());
     let k: usize = args[3].parse().unwrap_or_else(|_| usage());
     match args[1].as_str() {
-        "net" => goro::run(move || net(n, k)),
+        "net" => goro::run(move || net(n, k, None)),
+        "netdl" => goro::run(move || net(n, k, Some(std::time::Duration::from_secs(10)))),
         "ring" => goro::run(move || ring(n, k)),
         _ => usage(),
     }
 }
 
-fn net(n: usize, rounds: usize) {
+fn net(n: usize, rounds: usize, timeout: Option<std::time::Duration>) {
     let mut socks = Vec::with_capacity(n);
     for _ in 0..n {
         let (a, mut b) = goro::net::UnixStream::pair().expect("socketpair");
+        b.set_read_timeout(timeout).expect("set_read_timeout");
         goro::go!(move || {
             let mut buf = [0u8; 64];
             while let Ok(k @ 1..) = b.read(&mut buf) {
