@@ -69,6 +69,10 @@ mod block_on;
 mod chan;
 mod deadlock;
 mod dump;
+// loom model of find_runnable's blocking poll and the timer wake-ups
+// (docs/TESTING.md, "Model tests").
+#[cfg(all(test, goro_loom))]
+mod find_runnable_model;
 mod g;
 mod local;
 mod lock_futex;
