@@ -82,9 +82,10 @@
 //! Relaxed store may be ordered after the adder's loads): the poller
 //! blocks again, in epoll_wait for ever if a goroutine waits on a socket,
 //! and the timer does not run until its P's goroutine yields (sysmon's
-//! rescue requires `lastpoll != 0`). `CURRENT` is the code as it is (the
-//! `loom_current_code_*` tests panic); `FIXED` adds the proposed fix, one
-//! `fence(SeqCst)` at the top of `wake_netpoller` (`Bugs::add_fence`).
+//! rescue requires `lastpoll != 0`). The code until session 27's fix
+//! (`Bugs::add_fence` false; the `loom_poll_bug_no_add_fence*` tests
+//! panic) had this; `FIXED`, the code now, has one `fence(SeqCst)` at the
+//! top of `wake_netpoller`.
 //! The poller's side needs no change: see `Sched::poll`.
 //!
 //! Run with `RUSTFLAGS="--cfg goro_loom" cargo test --release --lib
@@ -106,14 +107,14 @@ const PASSES: usize = 6;
 const IDLE: i32 = 0;
 const RUNNING: i32 = 1;
 
-/// The protocol as the code has it plus the proposed fix (`FIXED`), as it
-/// is (`CURRENT`), or with a plausible bug put in.
+/// The protocol as the code has it (`FIXED`), or with a plausible bug put
+/// in.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Bugs {
-    /// The proposed fix: `fence(SeqCst)` at the top of `wake_netpoller`
-    /// (sched.rs:1038), between the add's Relaxed `timer0_when` store
-    /// (timer.rs:493) and the `lastpoll`/`poll_until` loads. Absent in the
-    /// current code (`CURRENT`).
+    /// Session 27's fix: `fence(SeqCst)` at the top of `wake_netpoller`,
+    /// between the add's Relaxed `timer0_when` store (timer.rs
+    /// `add_purging`) and the `lastpoll`/`poll_until` loads. False: the
+    /// code before the fix.
     add_fence: bool,
     /// `wake_netpoller` breaks only a poller blocked for ever
     /// (`poll_until == 0`), not one whose deadline is later than the new
@@ -153,8 +154,8 @@ const FIXED: Bugs = Bugs {
     inject_no_startm: false,
 };
 
-/// The code as it is (session 27): no fence in `wake_netpoller`.
-const CURRENT: Bugs = Bugs {
+/// The code before session 27's fix: no fence in `wake_netpoller`.
+const NO_ADD_FENCE: Bugs = Bugs {
     add_fence: false,
     ..FIXED
 };
@@ -1097,18 +1098,18 @@ fn loom_poll_ready_vs_poller() {
     ready_vs_poller(FIXED, None);
 }
 
-// ----- the code as it is: the finding ------------------------------------------------
+// ----- the code before session 27's fix: the finding ------------------------------
 
 #[test]
 #[should_panic(expected = "lost wake-up")]
-fn loom_current_code_add_vs_poller_deadline() {
-    add_vs_poller_deadline(CURRENT, false, Some(2));
+fn loom_poll_bug_no_add_fence() {
+    add_vs_poller_deadline(NO_ADD_FENCE, false, Some(2));
 }
 
 #[test]
 #[should_panic(expected = "lost wake-up")]
-fn loom_current_code_add_vs_poller_deadline_socket() {
-    add_vs_poller_deadline(CURRENT, true, Some(2));
+fn loom_poll_bug_no_add_fence_socket() {
+    add_vs_poller_deadline(NO_ADD_FENCE, true, Some(2));
 }
 
 // ----- broken variants: loom finds the lost wake-up --------------------------------

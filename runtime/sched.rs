@@ -1035,6 +1035,17 @@ pub(crate) fn handoffp(pp: *mut P) {
 
 /// Go's wakeNetPoller: make sure some M will wake by `when` to run a timer.
 pub(crate) fn wake_netpoller(when: i64) {
+    // Orders the new timer's `timer0_when` store (Relaxed, timer.rs
+    // `add_purging`) before the loads of `lastpoll` and `poll_until`, as
+    // Go's sequentially consistent timer0When does. It pairs with the
+    // fence an M passes after it gives up its P and before it reads the
+    // Ps' timers: either that M sees the timer, or we see its poll and
+    // break it. Without it, a poller that wakes at its own deadline may
+    // read the old `timer0_when` while we read `poll_until` still set and
+    // skip the break: it then sleeps again past the timer (found by the
+    // loom model find_runnable_model.rs; hidden on x86_64 and aarch64 by
+    // the heap unlock's RMW).
+    fence(Ordering::SeqCst);
     if SCHED.lastpoll.load(Ordering::SeqCst) == 0 {
         // An M is blocked in netpoll; break it if it sleeps past `when`.
         let pu = SCHED.poll_until.load(Ordering::SeqCst);
