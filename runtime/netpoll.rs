@@ -671,8 +671,27 @@ impl PollDesc {
         }
     }
 
+    /// `mode`'s deadline timer, allocating the pair if needed (the waiter).
     fn deadline_timer(&self, mode: Mode) -> &DeadlineTimer {
         let d = self.deadlines();
+        match mode {
+            Mode::Read => &d.r,
+            Mode::Write => &d.w,
+        }
+    }
+
+    /// `mode`'s deadline timer for a heap entry's holder (the purge under
+    /// the heap lock, the carrier firing): it exists, since the entry was
+    /// queued by `arm_deadline` after allocating it; never allocates.
+    fn queued_deadline_timer(&self, mode: Mode) -> &DeadlineTimer {
+        // Acquire: as in `deadlines` (already ordered by the heap's lock
+        // through which the entry came; kept for the plain reading).
+        let p = self.dl.load(Ordering::Acquire);
+        if p.is_null() {
+            crate::throw::throw("netpoll: deadline entry without deadline timers");
+        }
+        // SAFETY: installed once, never freed.
+        let d = unsafe { &*p };
         match mode {
             Mode::Read => &d.r,
             Mode::Write => &d.w,
@@ -716,7 +735,10 @@ impl PollDesc {
     /// `mode` (the heap may drop it). Racy, as the field says.
     pub(crate) fn deadline_stale(&self, mode: Mode, carrier: u64) -> bool {
         // Relaxed: see DeadlineTimer::carrier.
-        self.deadline_timer(mode).carrier.load(Ordering::Relaxed) != carrier
+        self.queued_deadline_timer(mode)
+            .carrier
+            .load(Ordering::Relaxed)
+            != carrier
     }
 }
 
@@ -731,7 +753,7 @@ pub(crate) fn deadline_carrier_fired(
     now: i64,
     timers: &crate::timer::Timers,
 ) {
-    let t = pd.deadline_timer(mode);
+    let t = pd.queued_deadline_timer(mode);
     let mut st = t.st.lock();
     // Relaxed: written under `st`, which we hold.
     if t.carrier.load(Ordering::Relaxed) != carrier {
