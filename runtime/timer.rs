@@ -554,6 +554,7 @@ impl Timers {
                         .compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
                     {
+                        // Relaxed: goready publishes it (G::param).
                         g.param.store(0, Ordering::Relaxed);
                         crate::park::goready(gp);
                     }
