@@ -506,6 +506,7 @@ pub(crate) fn acquirem() -> *mut M {
 #[inline]
 pub(crate) fn releasem(mp: *mut M) {
     if !mp.is_null() {
+        // As in acquirem: the section's accesses stay before the decrement.
         compiler_fence(Ordering::SeqCst);
         // SAFETY: as in acquirem.
         let m = unsafe { &*mp };

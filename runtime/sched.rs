@@ -1616,6 +1616,7 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
 pub(crate) static FINDRUNNABLE_DELAY_US: AtomicU64 = AtomicU64::new(0);
 
 /// Waits taken under that knob (test hook `__private::findrunnable_delays`).
+/// SeqCst on both sides: a test that sees the count knows an M is inside.
 pub(crate) static FINDRUNNABLE_DELAYS: AtomicU64 = AtomicU64::new(0);
 
 /// Ms blocked in netpoll in find_runnable: 0 or 1 (checked there).

@@ -741,7 +741,7 @@ const DETACHED_PROBES_PER_SCAN: usize = 16;
 const DETACHED_PROBE_MAX_GAP_NS: i64 = 1_000_000_000;
 
 /// /proc probes of detached Ms so far (test hook
-/// `__private::detached_probes`; only grows).
+/// `__private::detached_probes`; only grows; Relaxed: a counter).
 pub(crate) static DETACHED_PROBES: AtomicU64 = AtomicU64::new(0);
 
 /// A detached M whose G computes again (its thread is not in the kernel)
