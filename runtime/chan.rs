@@ -45,9 +45,9 @@ pub(crate) struct Hchan {
     /// Closed flag; written under lock, read racily by fast paths (Go's
     /// c.closed). Acquire/Release so a racy "closed" also shows the drain:
     /// `close`'s Release store pairs with the Acquire loads in `recv` and
-    /// `is_closed`; loads under the lock, and `send`'s fast-path load (a
-    /// closed channel never becomes full, so any order of its two loads
-    /// is linearisable), are Relaxed.
+    /// `is_closed`; loads under the lock, and `send`'s fast-path load
+    /// (whose order with `full()` does not matter, as Go's chansend
+    /// argues), are Relaxed.
     closed: AtomicBool,
     /// Buffer capacity in elements (0 = unbuffered).
     pub(crate) dataqsiz: usize,
