@@ -57,6 +57,8 @@ const DONE: u32 = 3;
 /// What the wakers share with the poller.
 struct Signal {
     /// The state word (module docs). Also the futex word of a thread poller.
+    /// Successful RMWs are AcqRel, loads and failed CASes Acquire, and
+    /// DONE's store Release (each access says why).
     state: AtomicU32,
     /// The polling G as usize, or 0 for a thread poller. Immutable.
     g: usize,
@@ -151,6 +153,8 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
             // A G that entered a syscall inside poll lands here too, with
             // sig.g set: wakers then goready a G that is not Waiting. Avoid
             // that by never publishing PARKED for such a G: spin-yield.
+            // The CAS and the load: orderings as in park_commit (the load's
+            // Acquire pairs with the winning waker's Release).
             if sig.g != 0 {
                 crate::os::osyield();
             } else if sig

@@ -33,9 +33,21 @@ pub(crate) struct Hchan {
     pub(crate) lock: crate::lock_futex::Mutex,
     st: UnsafeCell<State>,
     /// Elements in the buffer; written under lock, read racily by fast paths.
+    /// Relaxed: under the lock the lock orders it; the racy reads are
+    /// hints, except in `recv`'s non-blocking fast path, which (as Go's)
+    /// relies on reading it before `closed`. Go's loads are sequentially
+    /// consistent; with Relaxed ones (and Relaxed writes) the fast path may
+    /// see the drain that followed a close and still read `closed` false,
+    /// so it returns WouldBlock for a closed, drained channel (a doubtful
+    /// weakening on a hot path, reported by session 27's ordering audit,
+    /// not changed).
     qcount: AtomicUsize,
     /// Closed flag; written under lock, read racily by fast paths (Go's
-    /// c.closed). Acquire/Release so a racy "closed" also shows the drain.
+    /// c.closed). Acquire/Release so a racy "closed" also shows the drain:
+    /// `close`'s Release store pairs with the Acquire loads in `recv` and
+    /// `is_closed`; loads under the lock, and `send`'s fast-path load
+    /// (whose order with `full()` does not matter, as Go's chansend
+    /// argues), are Relaxed.
     closed: AtomicBool,
     /// Buffer capacity in elements (0 = unbuffered).
     pub(crate) dataqsiz: usize,
@@ -43,7 +55,8 @@ pub(crate) struct Hchan {
     buf: *mut u8,
     layout: Layout,
     drop_elem: unsafe fn(*mut u8),
-    /// Live Sender / Receiver handles.
+    /// Live Sender / Receiver handles. As Arc's count: Relaxed increments
+    /// from an existing handle, AcqRel decrements (the last one closes).
     senders: AtomicUsize,
     receivers: AtomicUsize,
 }

@@ -72,9 +72,14 @@ pub(crate) struct G {
     pub(crate) sched: core::cell::UnsafeCell<Gobuf>,
     /// [`GStatus`] as u32, possibly with [`SCAN`] set on `Waiting`.
     /// Transitions only through [`G::cas_status`] (and the shrinker's
-    /// [`G::try_scan`]/[`G::end_scan`], shrink.rs).
+    /// [`G::try_scan`]/[`G::end_scan`], shrink.rs). The hand-over of a G
+    /// is a Release transition paired with the next owner's Acquire one
+    /// (each access says which).
     status: AtomicU32,
-    /// Cooperative preemption request (Go's gp.preempt), set by sysmon/STW.
+    /// Cooperative preemption request (Go's gp.preempt, a plain bool
+    /// there), set by sysmon/STW, cleared by the G's M. Relaxed: a request
+    /// with no data behind it; a stale false delays the yield to the next
+    /// check or to the signal that follows, a stale true costs one yield.
     pub(crate) preempt: AtomicBool,
     /// `lockedm` was set by the runtime, not by lock_os_thread: the G was
     /// preempted asynchronously in pinned mode (preempt.rs), or parked while
@@ -110,11 +115,14 @@ pub(crate) struct G {
     // Second cache line: channels and select, identity, the rest.
     /// Wake-up parameter (Go's gp.param): set by the waker before goready,
     /// read by the G after it resumes (goready's queue handoff orders them).
+    /// Relaxed everywhere, for that reason.
     pub(crate) param: AtomicUsize,
     /// Go's gp.selectDone, with a generation: `2*seq + done`. A select (or
     /// timed wait) bumps seq before queueing; the first waker to CAS
     /// `2*seq -> 2*seq+1` wins; stale timers and sudogs of an older wait
-    /// fail their CAS.
+    /// fail their CAS. The wakers' CASes are AcqRel; the G's own stores
+    /// are Relaxed (published by the channel locks or the timer lock the
+    /// waker takes); racy loads only pre-judge a CAS.
     pub(crate) selgen: AtomicU64,
     /// Link for the global run queue and the free lists (owner of the list).
     pub(crate) schedlink: Cell<*mut G>,
@@ -236,7 +244,7 @@ impl G {
                 ));
             }
             // Failure: the shrinker set the bit again in between; the
-            // next round waits or throws.
+            // next round waits or throws. Orderings: as in cas_status.
             if self
                 .status
                 .compare_exchange(from as u32, to as u32, Ordering::AcqRel, Ordering::Acquire)

@@ -28,6 +28,10 @@ const PASSIVE_SPIN: u32 = 1;
 
 /// Go's runtime `mutex` (futex-based). Not reentrant; no owner tracking.
 pub(crate) struct Mutex {
+    /// Every RMW that takes the lock is Acquire, the unlocking swap
+    /// Release; the Relaxed load in `try_take` only decides whether to try
+    /// the CAS. A single word: the RMWs' total order and the futex's
+    /// check of it exclude a lost wake-up with no SeqCst (Go's Xchg is).
     key: AtomicU32,
 }
 

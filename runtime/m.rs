@@ -24,6 +24,8 @@ pub(crate) type UnlockFn = fn(gp: *mut G, arg: *mut u8) -> bool;
 /// A one-shot wake-up flag with a futex (Go's note, lock_futex.go). One
 /// sleeper; `clear` before reuse.
 pub(crate) struct Note {
+    /// 0 or 1 (woken). `wakeup`'s Release swap pairs with the sleeper's
+    /// Acquire loads; `clear` is Relaxed (the sleeper's own).
     key: AtomicU32,
 }
 
@@ -144,6 +146,10 @@ pub(crate) struct M {
     /// the two); -1 unknown.
     pub(crate) idle_cpu: Cell<i32>,
     /// Kernel thread id, for tgkill and /proc (atomic: read by sysmon).
+    /// Relaxed: stored by the M's thread in mstart before it runs any G,
+    /// so a reader that found a G through `curg.get_acquire()` (execute's
+    /// publish comes later) sees it; any other reader tolerates 0 (not
+    /// started yet: no signal, no probe).
     pub(crate) procid: AtomicI32,
     /// Per-M random state (Go's m.fastrand).
     pub(crate) fastrand: Cell<u64>,
@@ -293,6 +299,9 @@ impl M {
         park.clear();
         schedlink.set(ptr::null_mut());
         idle_cpu.set(-1);
+        // Relaxed, these stores and the ones below: the M is not running;
+        // its new thread is created after them (thread creation orders
+        // them), and racy readers tolerate any value (the fields' docs).
         procid.store(0, Ordering::Relaxed);
         fastrand.set(fastrand_seed(*id));
         waitunlockf.set(None);
@@ -497,6 +506,7 @@ pub(crate) fn acquirem() -> *mut M {
 #[inline]
 pub(crate) fn releasem(mp: *mut M) {
     if !mp.is_null() {
+        // As in acquirem: the section's accesses stay before the decrement.
         compiler_fence(Ordering::SeqCst);
         // SAFETY: as in acquirem.
         let m = unsafe { &*mp };

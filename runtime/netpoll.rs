@@ -83,9 +83,14 @@
 use crate::g::G;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
+/// The epoll fd and the break eventfd: stored once by `init` with
+/// Release, which every Acquire load pairs with (the loads also follow
+/// the start's own Release of STARTED).
 static EPFD: AtomicI32 = AtomicI32::new(-1);
 static BREAK_FD: AtomicI32 = AtomicI32::new(-1);
 /// 1 while a break is pending (Go's netpollWakeSig): avoids a write per call.
+/// The blocking poller's Release reset after draining the eventfd pairs
+/// with a breaker's AcqRel CAS: a break that sees 0 writes after the drain.
 static WAKE_SIG: AtomicU32 = AtomicU32::new(0);
 
 /// Token of the eventfd in epoll events.
@@ -251,7 +256,9 @@ pub(crate) enum Mode {
 /// straddle two lines (docs/BENCHMARKS.md, session 27).
 #[repr(align(64))]
 pub(crate) struct PollDesc {
-    /// The fd; -1 while on the free list. Owner only (set in `open`).
+    /// The fd; -1 while on the free list. Owner only (set in `open`);
+    /// Relaxed: read by the owner, or published with the descriptor by
+    /// epoll_ctl.
     fd: AtomicI32,
     /// Generation, bumped when the descriptor is freed (Go's fdseq);
     /// tagged into epoll tokens. Release in `free`, Acquire in `netpoll`.
@@ -278,7 +285,7 @@ pub(crate) struct PollDesc {
     /// writable edge. With `rtick`, tells a goroutine that waited for a
     /// direction's lock whether an edge came since its EAGAIN, whose
     /// readiness the waiter before it may have consumed (net/fd.rs
-    /// `io_with`).
+    /// `io_with`). SeqCst on both sides, as `rtick`.
     wtick: AtomicU32,
     /// Sticky: netpoll saw EPOLLRDHUP, EPOLLHUP or EPOLLERR (tokio's
     /// READ_CLOSED, which clearing never removes). A short read can then
@@ -852,7 +859,7 @@ fn wait(ep: i32, events: &mut [core::mem::MaybeUninit<libc::epoll_event>], delay
         if err != Some(libc::ENOSYS) {
             return 0; // EINTR: the caller re-checks its state
         }
-        HAVE_PWAIT2.store(0, Ordering::Relaxed);
+        HAVE_PWAIT2.store(0, Ordering::Relaxed); // Relaxed: as above
     }
     let ms = if delay < 0 {
         -1

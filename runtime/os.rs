@@ -136,8 +136,8 @@ pub(crate) fn procyield(n: u32) {
 /// must be cheap).
 pub(crate) fn ncpu_cached() -> usize {
     use core::sync::atomic::{AtomicUsize, Ordering};
-    static NCPU: AtomicUsize = AtomicUsize::new(0);
     // Relaxed: every thread computes the same value.
+    static NCPU: AtomicUsize = AtomicUsize::new(0);
     let n = NCPU.load(Ordering::Relaxed);
     if n != 0 {
         return n;
@@ -149,8 +149,8 @@ pub(crate) fn ncpu_cached() -> usize {
 
 /// The system page size in bytes.
 pub(crate) fn page_size() -> usize {
-    static PAGE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
     // Relaxed: the value is the same whoever computes it.
+    static PAGE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
     let p = PAGE.load(core::sync::atomic::Ordering::Relaxed);
     if p != 0 {
         return p;

@@ -83,7 +83,9 @@ pub(crate) struct P {
     /// Owner-written; read racily by sysmon (a stale value only delays a
     /// preemption by a tick).
     pub(crate) schedtick: RelaxedU32,
-    /// Incremented on every syscall (read by sysmon).
+    /// Incremented on every syscall (read by sysmon). Relaxed: a progress
+    /// counter (Go's is a plain uint32); the P changes hands by its status
+    /// CAS, never through this.
     pub(crate) syscalltick: AtomicU32,
     /// Incremented each time an M acquires this P (acquirep): with
     /// schedtick and syscalltick, sysmon's evidence that something ran

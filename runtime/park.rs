@@ -363,8 +363,11 @@ const PARKED: u32 = 2;
 /// wake parameter (what `g.param` is for a G). Lives on the waiting
 /// thread's stack; one wake per park.
 pub(crate) struct Parker {
+    /// 0, PARKED or 1 (woken). `unpark`'s Release swap pairs with the
+    /// parker's Acquire CAS and loads.
     flag: AtomicU32,
     /// Wake parameter (the winning sudog for select), set before `flag`.
+    /// Relaxed: published by `flag`'s Release/Acquire.
     pub(crate) param: AtomicUsize,
 }
 

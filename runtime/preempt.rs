@@ -133,17 +133,23 @@ pub(crate) static ASYNC_ENABLED: AtomicBool = AtomicBool::new(false);
 /// ASYNC_ENABLED.
 pub(crate) static ASYNC_ONLY: AtomicBool = AtomicBool::new(false);
 /// Blocking detection on (Config::detect_blocking); may be turned off by
-/// sysmon when /proc is unreadable.
+/// sysmon when /proc is unreadable. Relaxed: a switch with no data behind
+/// it (set at start as ASYNC_ENABLED; sysmon's later clear may be seen late).
 pub(crate) static DETECT_ENABLED: AtomicBool = AtomicBool::new(false);
-/// [`PreemptMode`] as u8 (0 pinned, 1 migrate). Written once at start.
+/// [`PreemptMode`] as u8 (0 pinned, 1 migrate). Written once at start;
+/// Relaxed as ASYNC_ENABLED.
 static MODE: AtomicU8 = AtomicU8::new(0);
 /// Most Ms sleeping for a pinned G at once (Config::preempt_pinned_max).
+/// Written once at start; Relaxed as ASYNC_ENABLED.
 static PINNED_MAX: AtomicUsize = AtomicUsize::new(256);
 /// Ms currently sleeping (or about to) for a pinned G. Incremented by the
 /// handler's decision and async_preempt, decremented when the G runs again.
+/// Relaxed: a count compared with PINNED_MAX (the RMWs keep it exact);
+/// nothing is read through it.
 pub(crate) static PINNED: AtomicUsize = AtomicUsize::new(0);
 
-/// Statistics (only grow; Relaxed: independent counters).
+/// Statistics (only grow; Relaxed: independent counters; DETECT_UNAVAILABLE
+/// is a sticky flag, reported only).
 pub(crate) static PREEMPTIONS_ASYNC: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PREEMPT_SIGNALS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PREEMPT_REFUSED: AtomicU64 = AtomicU64::new(0);
@@ -152,7 +158,8 @@ pub(crate) static RETAKES_DETECTED: AtomicU64 = AtomicU64::new(0);
 pub(crate) static REACQUIRES: AtomicU64 = AtomicU64::new(0);
 pub(crate) static DETECT_UNAVAILABLE: AtomicBool = AtomicBool::new(false);
 
-/// The main executable's text [lo, hi), found at start.
+/// The main executable's text [lo, hi), found at start. Relaxed: written
+/// in `init` before sysmon and the Ms exist (thread creation orders it).
 static TEXT_LO: AtomicUsize = AtomicUsize::new(0);
 static TEXT_HI: AtomicUsize = AtomicUsize::new(0);
 
@@ -300,8 +307,10 @@ pub(crate) fn signal_m(m: &M, req: u32) {
     {
         return;
     }
+    // Relaxed: see procid's doc (our caller found m's G with Acquire).
     let tid = m.procid.load(Ordering::Relaxed);
     if tid == 0 {
+        // Relaxed: undoes our own CAS; nothing was published with it.
         m.preempt_req.store(0, Ordering::Relaxed);
         return;
     }

@@ -126,6 +126,7 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     }
     // SAFETY: the G is ours until queued below.
     unsafe { *g.name.get() = name };
+    // Relaxed: the G is ours; the status CAS below publishes it.
     g.param.store(0, Ordering::Relaxed);
     match p {
         Some(p) => p.ngoroutines_add(1),
@@ -264,7 +265,11 @@ const DONE: usize = 1;
 /// by two [`PacketRef`]s (the goroutine's and the handle's); `refs`
 /// counts them, as an `Arc`'s strong count would.
 struct Packet<T> {
+    /// Arc's protocol: Release decrements, an Acquire fence in the last.
     refs: AtomicUsize,
+    /// `complete`'s AcqRel swap to DONE (Release: the result) pairs with
+    /// the joiner's Acquire loads and its AcqRel CAS that publishes the
+    /// waiter (Acquire on failure: DONE came first).
     state: AtomicUsize,
     result: UnsafeCell<Option<std::thread::Result<T>>>,
 }

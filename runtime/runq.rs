@@ -34,13 +34,21 @@ pub(crate) const LOCAL_CAP: usize = 4;
 /// A P's local run queue. `put`, `get` and the receiving side of `steal_into`
 /// are owner-only; `grab` (the victim side of stealing) may run on any thread.
 pub(crate) struct Local<T> {
-    /// Next slot to consume; advanced by CAS by the owner and stealers.
+    /// Next slot to consume; advanced by CAS by the owner and stealers
+    /// (AcqRel: see the module doc); loaded with Acquire, which pairs
+    /// with those CASes.
     head: AtomicU32,
-    /// Next slot to fill; written only by the owner (Release).
+    /// Next slot to fill; written only by the owner (Release, pairs with
+    /// the Acquire loads of other threads); the owner's own loads are
+    /// Relaxed.
     tail: AtomicU32,
+    /// Relaxed: ordered by `tail`'s Release/Acquire and `head`'s CAS
+    /// (module doc).
     buf: [AtomicPtr<T>; LOCAL_CAP],
     /// Go's p.runnext: the G readied by the running G, run next and
     /// inheriting its time slice. Any thread may CAS it away (stealing).
+    /// Set by `put`'s AcqRel swap (Release publishes the G), taken by
+    /// AcqRel CAS or read with Acquire (which pair with it).
     runnext: AtomicPtr<T>,
 }
 
@@ -75,6 +83,7 @@ impl<T> Local<T> {
         let t = self.tail.load(Ordering::Acquire);
         let n = t.wrapping_sub(h) as usize;
         let n = if n > LOCAL_CAP { 0 } else { n };
+        // Relaxed: a count; nothing is read through the pointer.
         n + usize::from(!self.runnext.load(Ordering::Relaxed).is_null())
     }
 
@@ -670,12 +679,14 @@ mod tests {
         };
         let ready = Arc::new(std::sync::atomic::AtomicU32::new(0));
         for i in 0..iters {
+            // SeqCst here and below: a test's start barrier, not under test.
             ready.store(0, Ordering::SeqCst);
             let (next0, next1) = (i & 1 == 0, i & 2 == 0);
             q.put(item(0), next0, |_| panic!("overflow"));
             let t = {
                 let (q, ready) = (q.clone(), ready.clone());
                 std::thread::spawn(move || {
+                    // SeqCst: the start barrier.
                     ready.fetch_add(1, Ordering::SeqCst);
                     while ready.load(Ordering::SeqCst) != 2 {
                         std::hint::spin_loop();
@@ -683,6 +694,7 @@ mod tests {
                     assert!(!q.is_empty(), "queue is empty (next {next0} {next1})");
                 })
             };
+            // SeqCst: the start barrier.
             ready.fetch_add(1, Ordering::SeqCst);
             while ready.load(Ordering::SeqCst) != 2 {
                 std::hint::spin_loop();

@@ -167,32 +167,56 @@ static GFREE: Mutex<GfreeLists> = Mutex::new(GfreeLists {
 /// Go's schedt.
 pub(crate) struct Sched {
     pub(crate) lock: Mutex<Synced>,
-    /// Spinning Ms. SeqCst where the parking essay needs a StoreLoad order.
+    /// Spinning Ms. SeqCst everywhere, as Go's (the parking essay's
+    /// StoreLoad pairs), but `stats()`'s Relaxed read (a statistic).
     pub(crate) nmspinning: AtomicI32,
     /// Idle Ps (mirror of the idle list length, written under lock).
+    /// Written SeqCst (pidleput's increment is the parker's store in the
+    /// parking essay); read SeqCst where a wake-up depends on it (wakep,
+    /// handoffp, the spinner cap, inject_glist), Relaxed under the lock
+    /// (exact) or as a statistic or sysmon hint.
     pub(crate) npidle: AtomicI32,
     /// Global run queue length (mirror, written under lock, read racily to
-    /// skip taking the lock).
+    /// skip taking the lock). Relaxed: the queue itself is read under the
+    /// lock; a stale 0 is harmless because every global put is followed
+    /// by a wakep, and an M idles its P only after checking
+    /// `Synced::runqsize` under the lock.
     pub(crate) runqsize: AtomicI32,
-    /// GOMAXPROCS.
+    /// GOMAXPROCS. Stored (SeqCst) by procresize after it published the
+    /// Ps in ALLP; loaded with Acquire by `gomaxprocs()`, which pairs.
     pub(crate) gomaxprocs: AtomicI32,
-    /// Stop-the-world requested (Go's gcwaiting).
+    /// Stop-the-world requested (Go's gcwaiting). Stored SeqCst under
+    /// sched.lock; loads under the lock are exact, loads without it are
+    /// hints (Relaxed or Acquire; no data is read through the flag): a
+    /// stale false is caught under the lock (find_runnable's give-up, the
+    /// Ps' own stop paths) or by stop_the_world's re-preempt loop, which
+    /// keeps asking every 100 µs.
     pub(crate) gcwaiting: AtomicBool,
     /// STW initiator sleeps here until stopwait reaches 0.
     stopnote: Note,
     /// Last time netpoll was entered; 0 while an M is blocked in it (Go's
     /// lastpoll), and the deadline it is blocked until (Go's pollUntil).
+    /// SeqCst, as Go's, where an M elects itself the poller (the swap to
+    /// 0) and where a waker decides whether to break it
+    /// (wake_netpoller); the Relaxed reads are hints (poll without
+    /// blocking, keep an M for the network, sysmon's poll), a stale value
+    /// costing one needless or one skipped poll or M start.
     pub(crate) lastpoll: AtomicI64,
+    /// SeqCst everywhere, as Go's.
     pub(crate) poll_until: AtomicI64,
-    /// Goroutine id generator (batches go to Ps).
+    /// Goroutine id generator (batches go to Ps). Relaxed: ids need only
+    /// the RMW's uniqueness.
     goidgen: AtomicU64,
     /// Goroutines spawned from plain threads (no P); the rest are counted
-    /// per P (`P::ngoroutines`, summed by `gcount`).
+    /// per P (`P::ngoroutines`, summed by `gcount`). Relaxed: a statistic.
     pub(crate) ngoroutines: AtomicI64,
     /// Live Ms (threads running or able to run goroutines): +1 in newm,
-    /// -1 in mexit (Go's mcount()).
+    /// -1 in mexit (Go's mcount()). Relaxed: the RMWs keep the count
+    /// exact; no other memory is read through it.
     pub(crate) mcount: AtomicI32,
     /// Default stack size for new goroutines (bytes, page-rounded).
+    /// Relaxed: stored in `start` before its Release of STARTED, which
+    /// every spawn Acquires first.
     pub(crate) stack_size: AtomicUsize,
     /// STW serialisation (procresize callers).
     stw: Mutex<()>,
@@ -228,7 +252,8 @@ pub(crate) static SCHED: Sched = Sched {
 pub(crate) static ALLM: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 /// All Ps ever created, indexed by id; slots < gomaxprocs are live. Ps are
-/// never freed, so any M may read any slot without a snapshot.
+/// never freed, so any M may read any slot without a snapshot. Release in
+/// procresize (publishes the initialised P) pairs with every Acquire load.
 pub(crate) static ALLP: [AtomicPtr<P>; MAX_PROCS] =
     [const { AtomicPtr::new(ptr::null_mut()) }; MAX_PROCS];
 
@@ -422,6 +447,8 @@ impl Synced {
 // ---------------------------------------------------------------------------
 // Runtime start.
 
+/// Release in `start` (after every initialisation) pairs with the
+/// Acquire in `started()` and `start`.
 static STARTED: AtomicBool = AtomicBool::new(false);
 static START_LOCK: Mutex<()> = Mutex::new(());
 
@@ -456,6 +483,7 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         crate::sysmon::start(cfg)?;
         SYSMON_STARTED.store(true, Ordering::Relaxed);
     }
+    // Relaxed: published by the Release of STARTED below.
     SCHED.lastpoll.store(os::nanotime(), Ordering::Relaxed);
     {
         let mut s = SCHED.lock.lock();
@@ -498,6 +526,7 @@ pub(crate) fn gcount() -> usize {
     // Relaxed throughout: a statistic, no other memory is read through it.
     let mut n = SCHED.ngoroutines.load(Ordering::Relaxed);
     for slot in ALLP.iter() {
+        // Acquire: pairs with procresize's Release (SAFETY below).
         let pp = slot.load(Ordering::Acquire);
         if pp.is_null() {
             break;
@@ -587,7 +616,8 @@ fn gfput_class(pp: &P, gp: *mut G, c: usize) {
 }
 
 /// Mirrors of the global free list lengths per stack class, read without
-/// GFREE (written under it).
+/// GFREE (written under it). Relaxed: a hint whether to take the lock;
+/// the lists are read under it.
 static NGFREE: [AtomicI32; stack::NCLASS] = [const { AtomicI32::new(0) }; stack::NCLASS];
 
 /// Whether the global hot free list may hold stacks the scavenger has not
@@ -687,6 +717,7 @@ pub(crate) fn wakep() {
         return;
     }
     // Be conservative about spinning Ms: at most one is woken at a time.
+    // SeqCst (with the fence above): the submitter's side of the essay.
     if SCHED.nmspinning.load(Ordering::SeqCst) != 0
         || SCHED
             .nmspinning
@@ -1591,13 +1622,17 @@ fn find_runnable(m: &M) -> (*mut G, bool) {
     }
 }
 
-/// `Config::findrunnable_delay_us` (a test knob; 0: off).
+/// `Config::findrunnable_delay_us` (a test knob; 0: off). Relaxed:
+/// written in `start` before any M runs.
 pub(crate) static FINDRUNNABLE_DELAY_US: AtomicU64 = AtomicU64::new(0);
 
 /// Waits taken under that knob (test hook `__private::findrunnable_delays`).
+/// SeqCst on both sides: a test that sees the count knows an M is inside.
 pub(crate) static FINDRUNNABLE_DELAYS: AtomicU64 = AtomicU64::new(0);
 
 /// Ms blocked in netpoll in find_runnable: 0 or 1 (checked there).
+/// SeqCst RMWs: an assertion on the idle path; the RMWs alone make it
+/// exact.
 static NETPOLL_BLOCKED: AtomicI32 = AtomicI32::new(0);
 
 /// Go's stealWork: up to STEAL_TRIES rounds over all Ps in random order;
@@ -1648,6 +1683,8 @@ fn steal_work(m: &M, pp: &P, mut now: i64) -> (*mut G, bool, i64, i64, bool) {
 /// Go's checkRunqsNoP: after giving up the P, find a P with work and take
 /// an idle P to go after it.
 fn check_runqs_no_p() -> Option<*mut P> {
+    // The run queue loads (runq.rs, Acquire) follow the caller's
+    // fence(SeqCst): the parker's side of the parking essay.
     for i in 0..gomaxprocs() {
         let p2 = allp(i);
         if p2.status() != PStatus::Idle && !p2.runq.is_empty() {
@@ -1655,6 +1692,8 @@ fn check_runqs_no_p() -> Option<*mut P> {
             return if pp.is_null() { None } else { Some(pp) };
         }
     }
+    // SeqCst as Go's; global puts are ordered with our pidleput by the
+    // lock anyway (runqsize's doc).
     if SCHED.runqsize.load(Ordering::SeqCst) != 0 {
         let pp = SCHED.lock.lock().pidleget();
         return if pp.is_null() { None } else { Some(pp) };
@@ -1909,6 +1948,7 @@ fn procresize(s: &mut MutexGuard<'_, Synced>, nprocs: i32, own: *mut P) -> Vec<*
     let old = gomaxprocs();
     let n = nprocs.clamp(1, MAX_PROCS as i32) as usize;
     for (i, slot) in ALLP.iter().enumerate().take(n) {
+        // Acquire: as in `allp` (procresize callers are serialised anyway).
         if slot.load(Ordering::Acquire).is_null() {
             // Release: publishes the initialised P to every reader of ALLP.
             slot.store(P::new(i), Ordering::Release);
@@ -1995,6 +2035,7 @@ pub(crate) fn snapshot() -> crate::Stats {
         let s = SCHED.lock.lock();
         (s.runqsize as usize, s.nmidle as usize)
     };
+    // Relaxed throughout: statistics, read racily.
     crate::Stats {
         gomaxprocs: procs,
         idle_procs: SCHED.npidle.load(Ordering::Relaxed).max(0) as usize,

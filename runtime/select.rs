@@ -284,7 +284,7 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
             &args as *const ParkArgs<'_> as *mut u8,
             crate::waitreason::WaitReason::Select,
         );
-        // SAFETY: gp is us, running again.
+        // SAFETY: gp is us, running again. Relaxed: see G::param.
         unsafe { (*gp).param.swap(0, Ordering::Relaxed) }
     } else {
         selunlock(cases, lockorder);
@@ -292,6 +292,7 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
             Some(d) => {
                 if !parker.park_deadline(d) {
                     // Timed out: claim our own wait, unless a channel did.
+                    // AcqRel: as a waker's claim (sudog.rs `dequeue`).
                     if gen
                         .compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed)
                         .is_err()
@@ -302,6 +303,7 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
             }
             None => parker.park(),
         }
+        // Relaxed: see Parker::param.
         parker.param.load(Ordering::Relaxed)
     };
 

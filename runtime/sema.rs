@@ -157,6 +157,7 @@ pub(crate) fn cansemacquire(addr: &AtomicU32) -> bool {
         if v == 0 {
             return false;
         }
+        // SeqCst: as the load above (a failure's value is the next retry).
         match addr.compare_exchange_weak(v, v - 1, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => return true,
             Err(cur) => v = cur,
@@ -248,7 +249,7 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool, reason: crate::waitreason::Wait
 /// `handoff`, the count goes straight to the woken waiter and a releasing
 /// goroutine yields its P to it. Never blocks (beyond the root lock).
 pub(crate) fn semrelease(addr: &AtomicU32, handoff: bool) {
-    // (a)
+    // (a): SeqCst, the releaser's store of the Dekker pair (module doc).
     addr.fetch_add(1, Ordering::SeqCst);
     semrelease_wake(addr, handoff);
 }
@@ -574,10 +575,12 @@ struct NotifyWaiter {
 /// notifier that runs after the waiter unlocks.
 pub(crate) struct NotifyList {
     /// Ticket of the next waiter (Go's wait). Incremented outside the lock.
+    /// SeqCst, as `notify` (see above).
     wait: AtomicU32,
     /// Ticket of the next waiter to notify (Go's notify). Written under the
     /// lock, read outside it by the fast paths. Both counters wrap; their
     /// unwrapped difference stays below 2^31 (fewer waiters than that).
+    /// SeqCst (see above).
     notify: AtomicU32,
     /// Guards the list.
     lock: parking_lot::RawMutex,

@@ -122,6 +122,7 @@ const BUDGET_FACTOR: i64 = 99;
 
 /// Pass period (ns): a pass starts at most this often. 0 (test hook
 /// `goro::__private::set_stack_shrink`): back to back, without the budget.
+/// Relaxed: a setting read by sysmon; a stale value delays it by a pass.
 pub(crate) static PERIOD_NS: AtomicI64 = AtomicI64::new(500_000_000);
 
 /// A G qualifies once parked this long (ns; test hook as above).

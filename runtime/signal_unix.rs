@@ -240,6 +240,7 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
         libc::SIGBUS => &OLD_BUS,
         _ => &OLD_URG,
     };
+    // Acquire: pairs with init's Release store.
     let oldp = old.load(Ordering::Acquire) as *const libc::sigaction;
     if !oldp.is_null() {
         // SAFETY: oldp was filled by sigaction in init and is never freed.

@@ -264,14 +264,18 @@ impl Stack {
 const GUARD_UNKNOWN: u8 = 0;
 const GUARD_MADVISE: u8 = 1;
 const GUARD_MPROTECT: u8 = 2;
+/// Relaxed: every thread computes the same mode; a race only repeats the
+/// probe.
 static GUARD_MODE: AtomicU8 = AtomicU8::new(GUARD_UNKNOWN);
 
-/// Number of stacks ever reserved (counter for `Stats::stacks_reserved`).
+/// Number of stacks ever reserved (counter for `Stats::stacks_reserved`;
+/// Relaxed, statistics only).
 pub(crate) static STACKS_RESERVED: AtomicUsize = AtomicUsize::new(0);
 
 /// Number of [`free`] calls: stacks returned to the cache, each costing
 /// one `MADV_DONTNEED` and one lock of [`POOL`] (test hook
-/// `goro::__private::stack_frees`; pooled sizes never get here).
+/// `goro::__private::stack_frees`; pooled sizes never get here). Relaxed:
+/// a counter.
 pub(crate) static STACK_FREES: AtomicUsize = AtomicUsize::new(0);
 
 /// An arena being carved: the next free slot and the arena's end.
@@ -296,6 +300,9 @@ static POOL: Mutex<Vec<Class>> = Mutex::new(Vec::new());
 /// address back to a stack. Append-only; read without locks from the signal
 /// handler, so it is a fixed array of atomics.
 const MAX_ARENAS: usize = 1 << 16;
+/// The entries are Relaxed: `new_arena`'s Release store of NARENAS
+/// publishes them to `guard_hit`'s Acquire load; appends are serialised by
+/// POOL (NARENAS's own Relaxed load there).
 static ARENA_BASE: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MAX_ARENAS];
 static ARENA_END: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MAX_ARENAS];
 static ARENA_SLOT: [AtomicUsize; MAX_ARENAS] = [const { AtomicUsize::new(0) }; MAX_ARENAS];

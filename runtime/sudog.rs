@@ -245,6 +245,7 @@ mod tests {
         q.enqueue(&mut c);
         // `a` lost: dropped; `b` won: its generation is now odd.
         assert_eq!(q.dequeue(), &mut b as *mut Sudog);
+        // Relaxed: single-threaded test.
         assert_eq!(live.load(Ordering::Relaxed), 2 * 5 + 1);
         assert!(!a.queued);
         // A second waker of the same wait would lose (the CAS is the

@@ -27,7 +27,8 @@ use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 /// Go's forcePreemptNS: a G running this long on one P while other work
-/// waits is preempted. Config::time_slice; written once at start.
+/// waits is preempted. Config::time_slice; written once at start, before
+/// sysmon's thread is created (Relaxed: thread creation orders it).
 static FORCE_PREEMPT_NS: AtomicI64 = AtomicI64::new(10_000_000);
 
 /// How often free goroutine stacks give their cold pages back (ns).
@@ -35,15 +36,16 @@ const SCAVENGE_PERIOD_NS: i64 = 500_000_000;
 /// Stacks scavenged per sysmon tick (each costs one madvise).
 const SCAVENGE_BATCH: usize = 64;
 
-/// Preemption requests honoured (statistics; only grows).
+/// Preemption requests honoured (statistics; only grows; Relaxed).
 pub(crate) static PREEMPTIONS: AtomicU64 = AtomicU64::new(0);
-/// Ps handed off from syscalls (statistics; only grows).
+/// Ps handed off from syscalls (statistics; only grows; Relaxed).
 pub(crate) static HANDOFFS: AtomicU64 = AtomicU64::new(0);
 
 /// GODEBUG=scheddetail=1: per-P/M/G lines after each SCHED line.
+/// Relaxed as FORCE_PREEMPT_NS.
 static SCHEDDETAIL: AtomicBool = AtomicBool::new(false);
 
-/// schedtrace period in ms (0: off).
+/// schedtrace period in ms (0: off). Relaxed as FORCE_PREEMPT_NS.
 static SCHEDTRACE_MS: AtomicUsize = AtomicUsize::new(0);
 
 /// Per-P state sysmon remembers between ticks (Go's sysmontick).
@@ -739,7 +741,7 @@ const DETACHED_PROBES_PER_SCAN: usize = 16;
 const DETACHED_PROBE_MAX_GAP_NS: i64 = 1_000_000_000;
 
 /// /proc probes of detached Ms so far (test hook
-/// `__private::detached_probes`; only grows).
+/// `__private::detached_probes`; only grows; Relaxed: a counter).
 pub(crate) static DETACHED_PROBES: AtomicU64 = AtomicU64::new(0);
 
 /// A detached M whose G computes again (its thread is not in the kernel)

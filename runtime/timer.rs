@@ -424,7 +424,10 @@ pub(crate) struct Timers {
     /// When the earliest timer fires, 0 if none (Go's p.timer0When). Read
     /// without the lock by any M to decide whether to take it; Relaxed
     /// suffices because a stale value only delays or repeats a check that
-    /// is then done under the lock.
+    /// is then done under the lock. An M about to block that reads a stale
+    /// value is covered by the adder's wake_netpoller: its SeqCst lastpoll
+    /// load, or wakep's fence(SeqCst) against the parking M's (the parking
+    /// essay), orders the store before one side's look.
     timer0_when: AtomicI64,
 }
 
@@ -552,6 +555,7 @@ impl Timers {
                         .compare_exchange(2 * seq, 2 * seq + 1, Ordering::AcqRel, Ordering::Relaxed)
                         .is_ok()
                     {
+                        // Relaxed: goready publishes it (G::param).
                         g.param.store(0, Ordering::Relaxed);
                         crate::park::goready(gp);
                     }

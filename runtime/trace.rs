@@ -70,7 +70,8 @@ use std::path::{Path, PathBuf};
 /// Relaxed: hooks may miss or add a few events around start/stop; each
 /// chunk's `gen`/`len` (Release/Acquire) order the events themselves.
 static GEN: AtomicU64 = AtomicU64::new(0);
-/// The last generation `start` used (under `OUT`'s lock).
+/// The last generation `start` used (under `OUT`'s lock; Relaxed: the lock
+/// orders it).
 static LAST_GEN: AtomicU64 = AtomicU64::new(0);
 /// Whether [`ticks`] reads the TSC (x86_64). Written by `start` before
 /// `GEN`; Relaxed: a straggler using the other clock only misplaces an

@@ -372,6 +372,7 @@ fn accept_temporary(e: &std::io::Error) -> bool {
 }
 
 /// Temporary accept errors waited out by `incoming()` (only grows).
+/// Relaxed: a counter (test hook below).
 static ACCEPT_BACKOFFS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// Test hook: how many times an `incoming()` loop has backed off after a

@@ -84,7 +84,9 @@ fn can_spin(iter: u32) -> bool {
 /// The lock without data: Go's sync.Mutex. Used by `Mutex<T>`, `RwLock`
 /// (writer exclusion) and `Once`.
 pub(crate) struct RawMutex {
-    /// See "The state word".
+    /// See "The state word". Acquire on the RMWs that take the mutex,
+    /// Release on unlock's; Relaxed loads and CASes are guesses or take
+    /// nothing (each access says).
     state: AtomicI32,
     /// Semaphore the waiters sleep on (sema.rs).
     sema: AtomicU32,
@@ -158,6 +160,7 @@ impl RawMutex {
                 }
                 crate::os::procyield(ACTIVE_SPIN_CNT);
                 iter += 1;
+                // Relaxed: a guess, as above.
                 old = self.state.load(Ordering::Relaxed);
                 continue;
             }
@@ -200,6 +203,8 @@ impl RawMutex {
                     semacquire(&self.sema, queue_lifo, WaitReason::SyncMutexLock);
                     starving =
                         starving || crate::os::nanotime() - wait_start > STARVATION_THRESHOLD_NS;
+                    // Relaxed: a guess, or, when STARVING, the hand-off
+                    // that semacquire already ordered after the unlock.
                     old = self.state.load(Ordering::Relaxed);
                     if old & STARVING != 0 {
                         // Ownership was handed to us, but the state is not yet

@@ -46,8 +46,12 @@ pub struct RwLock<T: ?Sized> {
     /// Semaphore readers wait on for a writer to finish.
     reader_sem: AtomicU32,
     /// Readers in or waiting; minus MAX_READERS while a writer is pending.
+    /// Acquire on the RMWs that take the lock, Release on those that leave
+    /// it (each access says which it pairs with).
     reader_count: AtomicI32,
-    /// Readers the pending writer still waits for.
+    /// Readers the pending writer still waits for. AcqRel RMWs: the
+    /// departing readers' releases reach the writer through this word (its
+    /// own fetch_add, or the last reader's semrelease).
     reader_wait: AtomicI32,
     data: UnsafeCell<T>,
 }

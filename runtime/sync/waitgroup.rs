@@ -92,6 +92,7 @@ impl WaitGroup {
         let w = state as u32;
         if v < 0 {
             // Undo, so the group stays usable after the caught panic.
+            // Relaxed: nothing is published with an undone add.
             st.fetch_sub(d, Ordering::Relaxed);
             if delta > 0 {
                 panic!("goro::sync::WaitGroup::add: counter overflow (more than i32::MAX)");
