@@ -33,14 +33,16 @@ pub(crate) struct Hchan {
     pub(crate) lock: crate::lock_futex::Mutex,
     st: UnsafeCell<State>,
     /// Elements in the buffer; written under lock, read racily by fast paths.
-    /// Relaxed: under the lock the lock orders it; the racy reads are
-    /// hints, except in `recv`'s non-blocking fast path, which (as Go's)
-    /// relies on reading it before `closed`. Go's loads are sequentially
-    /// consistent; with Relaxed ones (and Relaxed writes) the fast path may
-    /// see the drain that followed a close and still read `closed` false,
-    /// so it returns WouldBlock for a closed, drained channel (a doubtful
-    /// weakening on a hot path, reported by session 27's ordering audit,
-    /// not changed).
+    /// Relaxed under the lock, which orders it, and in the racy reads that
+    /// are hints (`len`, `full`). Except: `recv`'s non-blocking fast path
+    /// (as Go's) relies on reading it before `closed`, so `empty` loads it
+    /// with Acquire, and the receives that lower it (`recv_locked`,
+    /// `take_buffered_locked`) are Release: a fast path that sees the
+    /// drain that followed a close then also sees the close (the close
+    /// happened before the drain, through the lock), and never reports
+    /// WouldBlock for a closed, drained channel. With Relaxed on both
+    /// sides it could (aarch64; found by session 27's ordering audit). Go's
+    /// loads are sequentially consistent. Free on x86_64.
     qcount: AtomicUsize,
     /// Closed flag; written under lock, read racily by fast paths (Go's
     /// c.closed). Acquire/Release so a racy "closed" also shows the drain:
@@ -203,7 +205,8 @@ impl Hchan {
             // SAFETY: as in `full`.
             return unsafe { (*self.st.get()).sendq.first_racy().is_null() };
         }
-        self.qcount.load(Ordering::Relaxed) == 0
+        // Acquire: see the field (pairs with the Release of the receives).
+        self.qcount.load(Ordering::Acquire) == 0
     }
 
     /// Locked part of a send: hand off to a waiting receiver or buffer.
@@ -283,7 +286,9 @@ impl Hchan {
             if st.recvx == self.dataqsiz {
                 st.recvx = 0;
             }
-            self.qcount.fetch_sub(1, Ordering::Relaxed);
+            // Release: see the field (a fast path that reads this count
+            // must also see a close made before it).
+            self.qcount.fetch_sub(1, Ordering::Release);
             return (Try::Done, ptr::null_mut());
         }
         (Try::WouldBlock, ptr::null_mut())
@@ -476,7 +481,8 @@ impl Hchan {
     unsafe fn take_buffered_locked(&self) -> Drained {
         // SAFETY: lock held (caller).
         let st = unsafe { self.st() };
-        let n = self.qcount.swap(0, Ordering::Relaxed);
+        // Release: as the receive's decrement (see the field).
+        let n = self.qcount.swap(0, Ordering::Release);
         if n == 0 {
             return Drained::default();
         }

@@ -425,9 +425,12 @@ pub(crate) struct Timers {
     /// without the lock by any M to decide whether to take it; Relaxed
     /// suffices because a stale value only delays or repeats a check that
     /// is then done under the lock. An M about to block that reads a stale
-    /// value is covered by the adder's wake_netpoller: its SeqCst lastpoll
-    /// load, or wakep's fence(SeqCst) against the parking M's (the parking
-    /// essay), orders the store before one side's look.
+    /// value is covered by the adder's wake_netpoller, whose fence(SeqCst)
+    /// before its `lastpoll`/`poll_until` loads pairs with the fence an M
+    /// passes after giving up its P and before it reads the timers: either
+    /// that M sees this store, or the adder sees its poll and breaks it
+    /// (session 27; without the adder's fence a SeqCst load alone orders
+    /// nothing against this Relaxed store: find_runnable_model.rs).
     timer0_when: AtomicI64,
 }
 
