@@ -930,22 +930,8 @@ impl Sched {
 /// overrides it unless `exact` (the broken variants). Prints the number of
 /// interleavings (with `--nocapture`).
 fn model(name: &str, bound: Option<usize>, exact: bool, f: impl Fn() + Sync + Send + 'static) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = ::loom::model::Builder::new();
-    if b.preemption_bound.is_none() || exact {
-        b.preemption_bound = bound;
-    }
-    let n = std::sync::Arc::new(AtomicUsize::new(0));
-    let count = n.clone();
-    b.check(move || {
-        count.fetch_add(1, Relaxed);
-        f()
-    });
-    println!(
-        "{name}: {} interleavings (preemption bound {:?})",
-        n.load(Relaxed),
-        b.preemption_bound
-    );
+    let (n, bound) = crate::loom_explore::explore(bound, exact, f);
+    println!("{name}: {n} interleavings (preemption bound {bound:?})");
 }
 
 fn m(name: &'static str, p: usize) -> M {

@@ -76,6 +76,9 @@ mod find_runnable_model;
 mod g;
 mod local;
 mod lock_futex;
+// The runner the loom models share.
+#[cfg(all(test, goro_loom))]
+mod loom_explore;
 mod m;
 mod netpoll;
 #[cfg(all(test, goro_loom))]

@@ -844,22 +844,10 @@ impl Net {
 /// overrides it unless `exact` (the broken variants). Prints the number of
 /// interleavings and the coverage counts (with `--nocapture`).
 fn model(name: &str, bound: Option<usize>, exact: bool, f: impl Fn() + Sync + Send + 'static) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = ::loom::model::Builder::new();
-    if b.preemption_bound.is_none() || exact {
-        b.preemption_bound = bound;
-    }
-    let n = std::sync::Arc::new(AtomicUsize::new(0));
-    let count = n.clone();
     COVER.with(|c| c.set(Cover::default()));
-    b.check(move || {
-        count.fetch_add(1, Relaxed);
-        f()
-    });
+    let (n, bound) = crate::loom_explore::explore(bound, exact, f);
     println!(
-        "{name}: {} interleavings (preemption bound {:?}), {:?}",
-        n.load(Relaxed),
-        b.preemption_bound,
+        "{name}: {n} interleavings (preemption bound {bound:?}), {:?}",
         COVER.with(|c| c.get())
     );
 }

@@ -234,22 +234,10 @@ std::thread_local! {
 /// overrides it unless `exact` (the broken variants). Prints the number of
 /// interleavings (with `--nocapture`).
 fn model(name: &str, bound: Option<usize>, exact: bool, f: impl Fn() + Sync + Send + 'static) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = ::loom::model::Builder::new();
-    if b.preemption_bound.is_none() || exact {
-        b.preemption_bound = bound;
-    }
-    let n = std::sync::Arc::new(AtomicUsize::new(0));
-    let count = n.clone();
     REWAITS.with(|r| r.set(0));
-    b.check(move || {
-        count.fetch_add(1, Relaxed);
-        f()
-    });
+    let (n, bound) = crate::loom_explore::explore(bound, exact, f);
     println!(
-        "{name}: {} interleavings (preemption bound {:?}), {} re-waits",
-        n.load(Relaxed),
-        b.preemption_bound,
+        "{name}: {n} interleavings (preemption bound {bound:?}), {} re-waits",
         REWAITS.with(|r| r.get())
     );
 }

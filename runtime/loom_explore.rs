@@ -1,0 +1,27 @@
+//! The runner the loom models share (spinning_model.rs, sema_model.rs,
+//! netpoll_model.rs, find_runnable_model.rs; docs/TESTING.md, "Model
+//! tests").
+
+/// Runs `f` under loom and returns the number of interleavings explored
+/// and the preemption bound used. `bound`: None explores every
+/// interleaving; LOOM_MAX_PREEMPTIONS overrides it unless `exact` (a
+/// broken variant, which must reach its counterexample at its own bound).
+pub(crate) fn explore(
+    bound: Option<usize>,
+    exact: bool,
+    f: impl Fn() + Sync + Send + 'static,
+) -> (usize, Option<usize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    let mut b = ::loom::model::Builder::new();
+    if b.preemption_bound.is_none() || exact {
+        b.preemption_bound = bound;
+    }
+    // Relaxed: a count read after `check` has joined every run.
+    let n = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = n.clone();
+    b.check(move || {
+        count.fetch_add(1, Relaxed);
+        f()
+    });
+    (n.load(Relaxed), b.preemption_bound)
+}
