@@ -264,7 +264,7 @@ impl TimerCore {
             st.carrier_when = due;
             drop(st); // see `reset`: add without holding `st`
             let t = self.clone();
-            timers.add(due, Action::User { t, gen });
+            requeue(timers, due, Action::User { t, gen });
             return;
         }
         match &self.kind {
@@ -281,7 +281,7 @@ impl TimerCore {
                     st.carrier_when = next;
                     drop(st); // see `reset`: add without holding `st`
                     let t = self.clone();
-                    timers.add(next, Action::User { t, gen });
+                    requeue(timers, next, Action::User { t, gen });
                 } else {
                     self.disarm_fired(&mut st);
                 }
@@ -415,6 +415,19 @@ impl Timer {
             Action::Deadline { pd, mode, carrier } => pd.deadline_stale(*mode, *carrier),
             Action::Ready(_) => false,
         }
+    }
+}
+
+/// Puts back on `timers` an entry that came up early or ticks again (a
+/// user timer reset to later, a ticker's next tick, a socket deadline
+/// carrier that moves). If it is now the heap's earliest, wakes the
+/// netpoller as `time::add_timer` does: the M running these timers may be
+/// another P's (stealing), and an M asleep in netpoll may have chosen its
+/// deadline while the entry was out of every heap, between its pop and
+/// this add (found by h26's review of the deadline carriers).
+pub(crate) fn requeue(timers: &Timers, when: i64, action: Action) {
+    if timers.add(when, action) {
+        crate::sched::wake_netpoller(when);
     }
 }
 
