@@ -404,8 +404,15 @@ fn deadline_purge_child() {
         return;
     }
     // Two sockets a connection plus a clone at a time: fit the fd limit.
+    // Not scaled down under qemu: the purges below leave up to ~1,000
+    // stale filler entries of their own, which n must dwarf.
     let lim = raise_nofile(8192) as usize;
-    let n = scale(3000).min(lim.saturating_sub(256) / 2);
+    let n = 3000.min(lim.saturating_sub(256) / 2);
+    if n < 2000 {
+        println!("skipped: RLIMIT_NOFILE allows only {lim} descriptors");
+        println!("DEADLINE-PURGE-CHILD-OK");
+        return;
+    }
     goro::run_with(goro::Config::from_env().max_procs(1), move || {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
@@ -439,7 +446,13 @@ fn deadline_purge_child() {
         }
         let left = goro::__private::timers_pending();
         println!("armed {armed}, left after purges {left}");
-        assert!(left < n / 2, "{left} timers left of {armed} (n = {n})");
+        // Without the purge's retiring, every socket's entry stays (n or
+        // more, and the filler's residue with them); with it, only that
+        // residue (~700 here).
+        assert!(
+            left < n / 2,
+            "{left} timers left, {armed} after the reads (n = {n})"
+        );
     });
     println!("DEADLINE-PURGE-CHILD-OK");
 }
