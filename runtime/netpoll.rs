@@ -376,12 +376,17 @@ impl PollDesc {
         self.fd.load(Ordering::Relaxed)
     }
 
+    /// The `mode` direction's wait slot and deadline generation.
+    fn slot_and_gen(&self, mode: Mode) -> (&AtomicUsize, &AtomicU64) {
+        match mode {
+            Mode::Read => (&self.rg, &self.rseq),
+            Mode::Write => (&self.wg, &self.wseq),
+        }
+    }
+
     /// Whether a goroutine is parked on the `mode` slot (tests only).
     pub(crate) fn parked(&self, mode: Mode) -> bool {
-        let slot = match mode {
-            Mode::Read => &self.rg,
-            Mode::Write => &self.wg,
-        };
+        let (slot, _) = self.slot_and_gen(mode);
         // Acquire: a diagnostic read of the slot.
         slot.load(Ordering::Acquire) > PD_WAIT
     }
@@ -440,10 +445,7 @@ impl PollDesc {
             self.wait_thread(mode, deadline);
             return;
         }
-        let (slot, gen) = match mode {
-            Mode::Read => (&self.rg, &self.rseq),
-            Mode::Write => (&self.wg, &self.wseq),
-        };
+        let (slot, gen) = self.slot_and_gen(mode);
         // Claim the slot, or consume an edge (essay: the goroutine side).
         loop {
             // AcqRel: consuming READY acquires the waker's publication.
@@ -491,10 +493,7 @@ impl PollDesc {
     /// would cost the next wait a spurious wake-up and syscall. Same
     /// callers and lock as `wait`.
     pub(crate) fn consume_ready(&self, mode: Mode) {
-        let slot = match mode {
-            Mode::Read => &self.rg,
-            Mode::Write => &self.wg,
-        };
+        let (slot, _) = self.slot_and_gen(mode);
         // AcqRel: as consuming READY in `wait`.
         let _ = slot.compare_exchange(PD_READY, PD_NIL, Ordering::AcqRel, Ordering::Relaxed);
     }
@@ -604,8 +603,8 @@ pub(crate) struct Deadlines {
 /// `carrier_when` for user timers, Go's timerModifiedLater). Before
 /// session 27 every timed wait pushed its own entry, and the heap then
 /// purged the cancelled ones: ~470 instructions and 12 L1 misses per
-/// wake-up more than an untimed wait, against about half that now
-/// (`benches/misses.sh`, `netdl`).
+/// wake-up more than an untimed wait, against ~100 instructions and 1–2
+/// misses now (`benches/misses.sh`, `netdl` against `net`).
 struct DeadlineTimer {
     /// Generation of the carrier entry, or `NO_CARRIER`. Written only
     /// under `st`; read racily (Relaxed) by the heap purge, for which an
@@ -628,6 +627,15 @@ struct DeadlineState {
     queued: i64,
     /// The last carrier generation handed out.
     last: u64,
+}
+
+impl Deadlines {
+    fn of(&self, mode: Mode) -> &DeadlineTimer {
+        match mode {
+            Mode::Read => &self.r,
+            Mode::Write => &self.w,
+        }
+    }
 }
 
 impl DeadlineTimer {
@@ -680,11 +688,7 @@ impl PollDesc {
 
     /// `mode`'s deadline timer, allocating the pair if needed (the waiter).
     fn deadline_timer(&self, mode: Mode) -> &DeadlineTimer {
-        let d = self.deadlines();
-        match mode {
-            Mode::Read => &d.r,
-            Mode::Write => &d.w,
-        }
+        self.deadlines().of(mode)
     }
 
     /// `mode`'s deadline timer for a heap entry's holder (the purge under
@@ -698,11 +702,7 @@ impl PollDesc {
             crate::throw::throw("netpoll: deadline entry without deadline timers");
         }
         // SAFETY: installed once, never freed.
-        let d = unsafe { &*p };
-        match mode {
-            Mode::Read => &d.r,
-            Mode::Write => &d.w,
-        }
+        unsafe { &*p }.of(mode)
     }
 
     /// Starts the timed wait of generation `gen + 1` with deadline `d`
@@ -755,10 +755,7 @@ impl PollDesc {
         let Some(mut st) = t.st.try_lock() else {
             return false;
         };
-        let gen = match mode {
-            Mode::Read => &self.rseq,
-            Mode::Write => &self.wseq,
-        };
+        let (_, gen) = self.slot_and_gen(mode);
         // SeqCst: as in deadline_carrier_fired; under `st`, so a wait that
         // started is seen.
         if t.carrier.load(Ordering::Relaxed) == carrier && gen.load(Ordering::SeqCst) != st.seq {
@@ -787,10 +784,7 @@ pub(crate) fn deadline_carrier_fired(
     if t.carrier.load(Ordering::Relaxed) != carrier {
         return; // superseded by an earlier deadline's carrier
     }
-    let gen = match mode {
-        Mode::Read => &pd.rseq,
-        Mode::Write => &pd.wseq,
-    };
+    let (_, gen) = pd.slot_and_gen(mode);
     // SeqCst: as deadline_fired's load. A wait's start bumps the
     // generation under `st`, so a wait that started is seen here; one
     // that ends (bump without `st`) concurrently is caught by
@@ -824,16 +818,13 @@ pub(crate) fn deadline_carrier_fired(
     st.queued = NOT_QUEUED;
     let seq = st.seq;
     drop(st);
-    deadline_fired(pd as *const PollDesc as usize, seq, mode);
+    deadline_fired(pd, seq, mode);
 }
 
-fn deadline_fired(arg: usize, seq: u64, mode: Mode) {
-    // SAFETY: arg is a never-freed PollDesc (see `wait`).
-    let pd = unsafe { &*(arg as *const PollDesc) };
-    let (slot, gen) = match mode {
-        Mode::Read => (&pd.rg, &pd.rseq),
-        Mode::Write => (&pd.wg, &pd.wseq),
-    };
+/// The deadline of `mode`'s timed wait `seq` passed: wakes the waiter if
+/// that wait is still on (Go's netpolldeadlineimpl).
+fn deadline_fired(pd: &PollDesc, seq: u64, mode: Mode) {
+    let (slot, gen) = pd.slot_and_gen(mode);
     // SeqCst: pairs with the bump in `wait`; a late timer at worst wakes a
     // later wait spuriously (essay: deadlines).
     if gen.load(Ordering::SeqCst) != seq {

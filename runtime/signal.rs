@@ -452,24 +452,13 @@ fn blocked_here() -> u64 {
 /// wanted (Go's ensureSigM on enableSigChan / disableSigChan). Returns the
 /// new `opened`.
 fn open_on_this_thread(want: u64, opened: u64) -> u64 {
-    let change = |how: libc::c_int, bits: u64| {
-        if bits == 0 {
-            return;
-        }
-        // SAFETY: the set is initialised by sigemptyset before use;
-        // pthread_sigmask changes only this thread's mask.
-        unsafe {
-            let mut set: libc::sigset_t = core::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for n in 1..=64 {
-                if bits & bit(n) != 0 {
-                    libc::sigaddset(&mut set, n);
-                }
-            }
-            libc::pthread_sigmask(how, &set, core::ptr::null_mut());
-        }
-    };
-    change(libc::SIG_UNBLOCK, want & !opened);
-    change(libc::SIG_BLOCK, opened & !want);
+    let sigs = |bits: u64| (1..=64).filter(move |&n| bits & bit(n) != 0);
+    let (open, close) = (want & !opened, opened & !want);
+    if open != 0 {
+        crate::signal_unix::change_thread_mask(libc::SIG_UNBLOCK, sigs(open));
+    }
+    if close != 0 {
+        crate::signal_unix::change_thread_mask(libc::SIG_BLOCK, sigs(close));
+    }
     want
 }

@@ -94,21 +94,30 @@ pub(crate) fn init(preempt: bool) {
 /// the process without its report). Unblocks those on the calling
 /// thread; the rest of the mask stays as inherited.
 pub(crate) fn unblock_runtime_signals() {
-    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it
-    // and pthread_sigmask only reads it.
-    unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in [
+    change_thread_mask(
+        libc::SIG_UNBLOCK,
+        [
             libc::SIGURG,
             libc::SIGSEGV,
             libc::SIGBUS,
             libc::SIGFPE,
             libc::SIGILL,
-        ] {
+        ],
+    );
+}
+
+/// `pthread_sigmask(how, sigs)` on the calling thread (`how`: SIG_BLOCK or
+/// SIG_UNBLOCK); only that thread's mask changes.
+pub(crate) fn change_thread_mask(how: libc::c_int, sigs: impl IntoIterator<Item = libc::c_int>) {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it
+    // and pthread_sigmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in sigs {
             libc::sigaddset(&mut set, sig);
         }
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+        libc::pthread_sigmask(how, &set, core::ptr::null_mut());
     }
 }
 
