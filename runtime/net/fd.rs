@@ -106,7 +106,7 @@ impl NetFd {
 
     /// Runs `op` until it does not report EAGAIN, waiting for readability
     /// between tries, bounded by the read timeout.
-    pub(crate) fn read_io<R>(&self, op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
+    pub(crate) fn read_io<R: Outcome>(&self, op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
         self.io(Mode::Read, deadline(self.timeout(Mode::Read)), op)
     }
 
@@ -157,13 +157,13 @@ impl NetFd {
     }
 
     /// Like `read_io`, for writability and the write timeout.
-    pub(crate) fn write_io<R>(&self, op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
+    pub(crate) fn write_io<R: Outcome>(&self, op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
         self.io(Mode::Write, deadline(self.timeout(Mode::Write)), op)
     }
 
     /// The retry loop: `op` is a non-blocking syscall. Errors: `op`'s own,
     /// TimedOut once `deadline` (monotonic ns) passes, or the closed error.
-    pub(crate) fn io<R>(
+    pub(crate) fn io<R: Outcome>(
         &self,
         mode: Mode,
         deadline: Option<i64>,
@@ -192,7 +192,7 @@ impl NetFd {
     /// the socket lock the kernel takes and releases inside the syscall
     /// orders that load before the arrival of any data the syscall missed,
     /// hence before the harvest of its edge.
-    fn io_with<R>(
+    fn io_with<R: Outcome>(
         &self,
         mode: Mode,
         deadline: Option<i64>,
@@ -211,7 +211,7 @@ impl NetFd {
                 let t = self.pd.tick(mode);
                 match op() {
                     Err(e) if retry(&e) => {}
-                    r => return r,
+                    r => return self.settle(r),
                 }
                 t
             }
@@ -239,11 +239,69 @@ impl NetFd {
             try_now = false;
             match op() {
                 Err(e) if retry(&e) => {}
-                r => return r,
+                r => return self.settle(r),
             }
         }
     }
+
+    /// `op`'s final result, unless a `close()` raced it. `close()` marks
+    /// the descriptor closing, then shuts the socket down (so that the
+    /// peer sees the end at once, as after Go's Close); an operation that
+    /// passed its closing check just before would report what the
+    /// shutdown made of its syscall: a read of 0 (EOF), a write's EPIPE,
+    /// accept's EINVAL. Go reports the closed error for an operation that
+    /// races Close (it never shuts down: its fd stays open until the last
+    /// operation leaves), and so does this: a result that moved no data,
+    /// or an error, is the closed error if the descriptor is closing. A
+    /// result that moved data stands. The closing flag is stored before
+    /// the shutdown and the kernel's socket lock orders that shutdown
+    /// before the syscall that saw it, so the load here sees the flag.
+    fn settle<R: Outcome>(&self, r: io::Result<R>) -> io::Result<R> {
+        match &r {
+            Ok(v) if !v.moved_nothing() => r,
+            _ if self.pd.is_closing() => Err(closed()),
+            _ => r,
+        }
+    }
 }
+
+/// The success of a socket operation, as [`NetFd::settle`] judges it.
+pub(crate) trait Outcome {
+    /// Whether the operation moved no data: a read of 0 is the EOF a
+    /// racing `close()`'s shutdown makes.
+    fn moved_nothing(&self) -> bool {
+        false
+    }
+}
+
+/// Bytes read or written.
+impl Outcome for usize {
+    fn moved_nothing(&self) -> bool {
+        *self == 0
+    }
+}
+
+/// Bytes and an address (recv_from, peek_from).
+impl<A> Outcome for (usize, A) {
+    fn moved_nothing(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// An accepted fd and its peer's address (TCP accept).
+impl Outcome for (RawFd, socket2::SockAddr) {}
+
+/// An accepted Unix stream and its peer's address.
+impl Outcome
+    for (
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::SocketAddr,
+    )
+{
+}
+
+/// A completed connect.
+impl Outcome for () {}
 
 fn retry(e: &io::Error) -> bool {
     matches!(
