@@ -116,7 +116,10 @@ impl<E: Send + 'static> Group<E> {
     /// [`wait`](Group::wait) and cancels the group's context; later ones
     /// are dropped.
     ///
-    /// Panics if the goroutine cannot be created (as [`crate::spawn`]).
+    /// Panics if the goroutine cannot be created (as [`crate::spawn`]);
+    /// the group is then as if this `go` had not been called (its permit
+    /// given back, `wait` not waiting for it).
+    #[track_caller]
     pub fn go<F>(&self, f: F)
     where
         F: FnOnce() -> Result<(), E> + Send + 'static,
@@ -131,6 +134,7 @@ impl<E: Send + 'static> Group<E> {
     /// [`go`](Group::go) if fewer than the limit are running now;
     /// otherwise returns `false` without running `f` (Go's `TryGo`). Never
     /// blocks for long.
+    #[track_caller]
     pub fn try_go<F>(&self, f: F) -> bool
     where
         F: FnOnce() -> Result<(), E> + Send + 'static,
@@ -145,46 +149,55 @@ impl<E: Send + 'static> Group<E> {
         true
     }
 
+    #[track_caller]
     fn start<F>(&self, sem: Option<Arc<Semaphore>>, f: F)
     where
         F: FnOnce() -> Result<(), E> + Send + 'static,
     {
         self.inner.wg.add(1);
-        let inner = self.inner.clone();
+        let finish = Finish {
+            inner: self.inner.clone(),
+            sem,
+        };
         // Dropping the handle detaches the goroutine; `wait` joins through
-        // the WaitGroup.
-        drop(crate::spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    let mut first = inner.err.lock();
-                    if first.is_none() {
-                        *first = Some(e);
+        // the WaitGroup. If the spawn fails, the closure is dropped unrun
+        // and `finish` with it: the permit and the count are given back,
+        // so `wait` does not wait for a goroutine that never existed.
+        let spawned = crate::proc::spawn_with(
+            move || {
+                let finish = finish;
+                let inner = &finish.inner;
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        let mut first = inner.err.lock();
+                        if first.is_none() {
+                            *first = Some(e);
+                            drop(first);
+                            if let Some(c) = &inner.cancel {
+                                c.cancel();
+                            }
+                        }
+                    }
+                    Err(payload) => {
+                        let mut first = inner.panic.lock();
+                        if first.is_none() {
+                            *first = Some(payload);
+                        }
                         drop(first);
                         if let Some(c) = &inner.cancel {
                             c.cancel();
                         }
                     }
                 }
-                Err(payload) => {
-                    let mut first = inner.panic.lock();
-                    if first.is_none() {
-                        *first = Some(payload);
-                    }
-                    drop(first);
-                    if let Some(c) = &inner.cancel {
-                        c.cancel();
-                    }
-                }
-            }
-            // The permit's Arc is dropped here, before `done`: once `wait`
-            // returns, no goroutine holds it and `set_limit` may change it.
-            if let Some(s) = sem {
-                s.release();
-            }
-            inner.wg.done();
-        }));
+            },
+            None,
+            None,
+        );
+        if let Err(e) = spawned {
+            panic!("goro::errgroup::Group::go: {e}");
+        }
     }
 
     /// Waits (parks the goroutine, blocks a thread) until every goroutine
@@ -205,6 +218,26 @@ impl<E: Send + 'static> Group<E> {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// A group goroutine's last act, also when its spawn fails and its
+/// closure is dropped unrun (h27: that failure left the count up and
+/// the permit taken, and `wait` waited for ever): releases the
+/// permit, then marks the goroutine done.
+struct Finish<E> {
+    inner: Arc<Inner<E>>,
+    sem: Option<Arc<Semaphore>>,
+}
+
+impl<E> Drop for Finish<E> {
+    fn drop(&mut self) {
+        // The permit's Arc is dropped here, before `done`: once `wait`
+        // returns, no goroutine holds it and `set_limit` may change it.
+        if let Some(s) = self.sem.take() {
+            s.release();
+        }
+        self.inner.wg.done();
     }
 }
 

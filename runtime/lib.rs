@@ -801,6 +801,15 @@ pub mod __private {
         crate::os::FAIL_THREADS.store(n, Relaxed);
     }
 
+    /// Makes the next `n` goroutine stack mappings fail with ENOMEM, as
+    /// when the address space is exhausted (RLIMIT_AS, which qemu-user
+    /// does not apply), so a test can check what a failed spawn leaves
+    /// behind. Only spawns that map a new stack (no dead goroutine's stack
+    /// of their size to reuse) reach it.
+    pub fn fail_stack_allocs(n: i64) {
+        crate::stack::FAIL_ALLOCS.store(n, core::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Whether the calling thread's M is inside a runtime critical section
     /// (where parking is forbidden), so a test can check that user code
     /// (a destructor) never runs in one.

@@ -332,10 +332,20 @@ pub(crate) fn round_size(bytes: usize) -> usize {
     try_round_size(bytes.min(MAX_STACK_SIZE)).unwrap_or(MAX_STACK_SIZE)
 }
 
+/// Stack allocations still to fail with ENOMEM (test hook
+/// `__private::fail_stack_allocs`).
+pub(crate) static FAIL_ALLOCS: core::sync::atomic::AtomicI64 =
+    core::sync::atomic::AtomicI64::new(0);
+
 /// Allocates a stack with `size` usable bytes (already rounded by
 /// [`round_size`]). Errors with the OS error when address space or mappings
 /// run out. Any context with no runtime lock held.
 pub(crate) fn alloc(size: usize) -> std::io::Result<Stack> {
+    // Test knob: fail as an exhausted address space does. Relaxed: a
+    // counter only tests set.
+    if FAIL_ALLOCS.load(Ordering::Relaxed) > 0 && FAIL_ALLOCS.fetch_sub(1, Ordering::Relaxed) > 0 {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+    }
     let page = os::page_size();
     let slot = size + page;
     let mut pool = POOL.lock();

@@ -395,3 +395,46 @@ fn errgroup_panic_is_resumed_by_wait() {
         assert_eq!(ctx.err(), Some(ContextError::Canceled));
     });
 }
+
+/// A `go` whose goroutine cannot be created (its stack cannot be mapped)
+/// panics and leaves the group as if it had not been called: `wait` does
+/// not wait for it, and the permit it took under a limit is given back
+/// (h27: `wait` waited for ever, reported as a deadlock, and the permit was
+/// lost). In a child process, as the mapping failure is process-wide.
+#[test]
+fn errgroup_failed_go_leaves_nothing_behind() {
+    const CHILD: &str = "GORO_ERRGROUP_FAILED_GO_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        run(|| {
+            let fail_go = |g: &Group<()>| {
+                goro::__private::fail_stack_allocs(1);
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.go(|| Ok(()))));
+                let payload = r.expect_err("go did not panic");
+                let msg = payload.downcast_ref::<String>().expect("a String payload");
+                assert!(msg.contains("cannot allocate"), "{msg}");
+            };
+            let g = Group::<()>::new();
+            g.set_limit(Some(1));
+            fail_go(&g);
+            assert!(g.try_go(|| Ok(())), "the failed go kept its permit");
+            // A hang detector, not a speed check: `wait` returns at once.
+            let (tx, rx) = chan(1);
+            goro::go!(move || tx.send(g.wait()).unwrap());
+            let r = rx.recv_timeout(Duration::from_secs(60));
+            assert_eq!(r, Ok(Ok(())), "wait waits for the goroutine never created");
+        });
+        eprintln!("CHILD OK");
+        return;
+    }
+    let out = common::self_test_command("errgroup_failed_go_leaves_nothing_behind")
+        .env(CHILD, "1")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("CHILD OK"),
+        "child exited with {:?}:\n{stderr}",
+        out.status
+    );
+}
