@@ -222,9 +222,10 @@ impl<E: Send + 'static> Group<E> {
 }
 
 /// A group goroutine's last act, also when its spawn fails and its
-/// closure is dropped unrun (h27: that failure left the count up and
-/// the permit taken, and `wait` waited for ever): releases the
-/// permit, then marks the goroutine done.
+/// closure is dropped unrun, or when dropping a later error (or panic
+/// payload) panics (h27: both left the count up and the permit taken,
+/// and `wait` waited for ever): releases the permit, then marks the
+/// goroutine done.
 struct Finish<E> {
     inner: Arc<Inner<E>>,
     sem: Option<Arc<Semaphore>>,

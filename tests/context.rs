@@ -396,6 +396,35 @@ fn errgroup_panic_is_resumed_by_wait() {
     });
 }
 
+/// A group goroutine whose error is dropped (not the first) by a
+/// destructor that panics still counts as done: `wait` returns the first
+/// error (h27: `wait` waited for ever, the panic having skipped the
+/// goroutine's `done`).
+#[test]
+fn errgroup_later_error_panicking_on_drop_does_not_hang_wait() {
+    #[derive(Debug, PartialEq)]
+    struct E(u32);
+    impl Drop for E {
+        fn drop(&mut self) {
+            if self.0 == 2 && !std::thread::panicking() {
+                panic!("a later error's destructor panics (expected)");
+            }
+        }
+    }
+    run(|| {
+        let (g, ctx) = Group::<E>::with_context(&background());
+        g.go(|| Err(E(1)));
+        // Closed once the first error is kept.
+        assert!(ctx.done().recv().is_err());
+        g.go(|| Err(E(2)));
+        // A hang detector, not a speed check: `wait` returns at once.
+        let (tx, rx) = chan(1);
+        goro::go!(move || tx.send(g.wait()).unwrap());
+        let r = rx.recv_timeout(Duration::from_secs(20));
+        assert_eq!(r, Ok(Err(E(1))), "wait waits for a goroutine that ended");
+    });
+}
+
 /// A `go` whose goroutine cannot be created (its stack cannot be mapped)
 /// panics and leaves the group as if it had not been called: `wait` does
 /// not wait for it, and the permit it took under a limit is given back
