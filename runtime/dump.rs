@@ -93,9 +93,14 @@ pub(crate) fn write_goroutines(out: &mut Vec<u8>, walk: bool) -> io::Result<()> 
             _ => None,
         };
         header(out, id, what, waited)?;
-        // SAFETY: the name is set before the G first runs and cleared only
-        // when it dies; a racy read of a G dying right now may see None.
-        if let Some(name) = unsafe { (*g.name.get()).as_deref() } {
+        // Cloned under NAMES: the G may be exiting on another M right now,
+        // freeing its name (then None is seen).
+        let name = {
+            let _names = crate::g::NAMES.lock();
+            // SAFETY: every write of the field is made under NAMES.
+            unsafe { (*g.name.get()).clone() }
+        };
+        if let Some(name) = name {
             writeln!(out, "\tname: {name:?}")?;
         }
         if gp == me && walk {

@@ -55,6 +55,16 @@ impl GStatus {
     }
 }
 
+/// Orders the writes of a G's `name` (newproc sets it, goexit0 takes it)
+/// with `dump`'s reads of other Gs' names, which race their exits: a dump
+/// formatting the name of a goroutine exiting on another M read the freed
+/// string (h27: SIGSEGV once the name was large enough to be munmapped).
+/// Held only to move or clone the `Box`, never to format or drop it; taken
+/// on g0 (goexit0) and in runtime critical sections, with no other lock
+/// taken inside. Unnamed goroutines never take it. Go's goroutines have
+/// no names (its tracebacks read only immutable G fields).
+pub(crate) static NAMES: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
 /// Every G ever allocated (Go's allgs), for GODEBUG=scheddetail.
 pub(crate) static ALLGS: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
 

@@ -243,8 +243,18 @@ unsafe extern "C" fn goexit0(arg: *mut u8) -> ! {
     m.curg.set(core::ptr::null_mut());
     g.m.set(core::ptr::null_mut());
     g.goid.set(0);
-    // SAFETY: the G is dead and ours; nothing else reads its name now.
-    drop(unsafe { (*g.name.get()).take() });
+    // The name is taken under NAMES (a dump racing the exit may be
+    // reading it) and dropped after.
+    // SAFETY: the G is dead and ours: only a dump may read the field
+    // meanwhile, and a read alongside ours is no race.
+    if unsafe { (*g.name.get()).is_some() } {
+        let name = {
+            let _names = crate::g::NAMES.lock();
+            // SAFETY: dump reads the field only under NAMES, which we hold.
+            unsafe { (*g.name.get()).take() }
+        };
+        drop(name);
+    }
     // SAFETY: the goroutine's fiber is not current (we switched to g0's)
     // and the dead goroutine is never resumed; newproc gives the G struct
     // a fresh fiber when it is reused.

@@ -124,8 +124,14 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
     if crate::trace::on() {
         crate::trace::spawn(goid);
     }
-    // SAFETY: the G is ours until queued below.
-    unsafe { *g.name.get() = name };
+    // A dead G's name is None (goexit0 took it): only a name to set is
+    // written, under NAMES, as a racing dump may read it (see NAMES).
+    if name.is_some() {
+        let _names = crate::g::NAMES.lock();
+        // SAFETY: the G is ours until queued below; dump reads the field
+        // only under NAMES, which we hold.
+        unsafe { *g.name.get() = name };
+    }
     // Relaxed: the G is ours; the status CAS below publishes it.
     g.param.store(0, Ordering::Relaxed);
     match p {

@@ -37,6 +37,7 @@ const TESTS: &[Test] = &[
     ("block_on_futures_channels", block_on_futures_channels),
     ("block_on_async_channel", block_on_async_channel),
     ("dump_lists_wait_reasons", dump_lists_wait_reasons),
+    ("dump_races_named_exits", dump_races_named_exits),
     ("sigquit_dump", sigquit_dump),
     ("trace_file", trace_file),
     ("trace_env", trace_env),
@@ -178,6 +179,7 @@ fn child(name: &str) {
         "blocking" => child_blocking(),
         "run_from_plain" => child_run_from_plain(),
         "trace_env" => child_trace_env(),
+        "dump_races_exits" => child_dump_races_exits(),
         _ => panic!("unknown child {name}"),
     }
 }
@@ -467,6 +469,70 @@ fn no_deadlock_run_from_plain_thread() {
 
 // ---------------------------------------------------------------------------
 // Dump.
+
+/// `dump` while named goroutines exit on another P: every name it prints
+/// is whole (h27: it read the name of a goroutine exiting meanwhile after
+/// the exit freed it: garbage, or SIGSEGV for a name large enough to be
+/// unmapped). In a child whose allocator unmaps every name when it is
+/// freed (`MALLOC_MMAP_THRESHOLD_` below their size).
+fn dump_races_named_exits() {
+    let o = spawn_child(
+        "dump_races_exits",
+        &[("MALLOC_MMAP_THRESHOLD_", "131072")],
+        None,
+    );
+    assert_eq!(
+        o.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(o.stdout.contains("child ok"), "{}", o.stdout);
+}
+
+/// Two goroutines spawn and join goroutines named with 256 KiB of `x`
+/// while this one dumps until it has printed 100 of those names (or
+/// 20,000 dumps went by: the check is then weaker, not failed).
+fn child_dump_races_exits() {
+    const NAME_LEN: usize = 256 << 10;
+    goro::start(goro::Config::from_env().max_procs(2)).unwrap();
+    goro::run(|| {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spawners: Vec<_> = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                goro::spawn(move || {
+                    let name = "x".repeat(NAME_LEN);
+                    while !stop.load(Ordering::Relaxed) {
+                        let b = goro::Builder::new().name(name.clone());
+                        b.spawn(|| ()).unwrap().join().unwrap();
+                    }
+                })
+            })
+            .collect();
+        let (mut seen, mut dumps) = (0, 0);
+        while seen < 100 && dumps < 20_000 {
+            let mut out = Vec::new();
+            goro::dump(&mut out).unwrap();
+            dumps += 1;
+            let text = String::from_utf8_lossy(&out);
+            for line in text.lines() {
+                if let Some(name) = line.strip_prefix("\tname: \"") {
+                    let whole = name.len() == NAME_LEN + 1
+                        && name.bytes().take(NAME_LEN).all(|b| b == b'x');
+                    assert!(whole, "a torn name: {:?}", &name[..name.len().min(64)]);
+                    seen += 1;
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for h in spawners {
+            h.join().unwrap();
+        }
+        println!("child ok: {seen} names in {dumps} dumps");
+    });
+}
 
 fn dump_lists_wait_reasons() {
     common::run(|| {
