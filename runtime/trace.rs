@@ -849,16 +849,34 @@ fn write_file(path: &Path, events: &[Out]) -> io::Result<()> {
 }
 
 /// `GORO_TRACE=path`: start tracing at runtime start and write the file at
-/// process exit (atexit), or at an explicit [`stop`].
+/// process exit (atexit), or at an explicit [`stop`]. A file that cannot
+/// be created or written is reported on stderr (h27: silently no trace).
 pub(crate) fn init_from_env() {
     let Some(path) = std::env::var_os("GORO_TRACE") else {
         return;
     };
-    if path.is_empty() || start_inner(Path::new(&path)).is_err() {
+    if path.is_empty() {
+        return;
+    }
+    if let Err(e) = start_inner(Path::new(&path)) {
+        eprintln!(
+            "goro: GORO_TRACE={}: cannot create the trace file: {e}",
+            Path::new(&path).display()
+        );
         return;
     }
     extern "C" fn at_exit() {
-        let _ = stop();
+        // Not tracing: the program called `stop` itself (and got its result).
+        if !on() {
+            return;
+        }
+        if let Err(e) = stop() {
+            let path = std::env::var_os("GORO_TRACE").unwrap_or_default();
+            eprintln!(
+                "goro: GORO_TRACE={}: cannot write the trace file: {e}",
+                Path::new(&path).display()
+            );
+        }
     }
     // SAFETY: registering a plain extern "C" fn; it runs at exit() on the
     // exiting thread.

@@ -42,6 +42,10 @@ const TESTS: &[Test] = &[
     ("trace_file", trace_file),
     ("trace_env", trace_env),
     (
+        "trace_env_unwritable_is_reported",
+        trace_env_unwritable_is_reported,
+    ),
+    (
         "trace_env_written_on_deadlock",
         trace_env_written_on_deadlock,
     ),
@@ -1126,6 +1130,22 @@ fn trace_env_written_on_deadlock() {
     let evs = doc["traceEvents"].as_array().unwrap();
     assert!(evs.iter().any(|e| e["name"] == "spawn"), "{text}");
     let _ = std::fs::remove_file(&path);
+}
+
+/// GORO_TRACE naming a file that cannot be created (a missing directory)
+/// or written (/dev/full): the program runs and stderr says why there is
+/// no trace (h27: nothing said either way).
+fn trace_env_unwritable_is_reported() {
+    for (path, what) in [
+        ("/nonexistent-goro-dir/trace.json", "cannot create"),
+        ("/dev/full", "cannot write"),
+    ] {
+        let o = spawn_child("trace_env", &[("GORO_TRACE", path)], None);
+        assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+        assert!(o.stdout.contains("ids "), "{}", o.stdout);
+        let said = format!("goro: GORO_TRACE={path}: {what} the trace file: ");
+        assert!(o.stderr.contains(&said), "no {said:?} in {:?}", o.stderr);
+    }
 }
 
 /// GORO_TRACE=path: traced from runtime start, written at exit.
