@@ -697,6 +697,10 @@ where
                     "a detached goroutine's result or panic payload panicked on drop",
                 );
             }
+            // That destructor may have used goroutine-locals again: drop
+            // them too, or the next goroutine on this G would start with
+            // them (h27: it saw the value instead of the initialiser's).
+            let _ = std::panic::catch_unwind(crate::local::drop_locals);
         },
         stack_size,
         name,

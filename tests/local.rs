@@ -252,6 +252,53 @@ fn destructor_using_goroutine_locals() {
     });
 }
 
+goro::goroutine_local! {
+    static DROPPED_BY: RefCell<Option<ReportsDropper>> = const { RefCell::new(None) };
+}
+
+/// Sends the id of the goroutine that drops it.
+struct ReportsDropper(goro::Sender<Option<u64>>);
+
+impl Drop for ReportsDropper {
+    fn drop(&mut self) {
+        let _ = self.0.send(goro::current_id());
+    }
+}
+
+/// The result of a detached goroutine, which the goroutine itself drops
+/// after its goroutine-locals: its destructor sets one.
+struct SetsLocalOnDrop(goro::Sender<Option<u64>>);
+
+impl Drop for SetsLocalOnDrop {
+    fn drop(&mut self) {
+        let tx = self.0.clone();
+        DROPPED_BY.set(Some(ReportsDropper(tx)));
+    }
+}
+
+/// A detached goroutine's result whose destructor sets a goroutine-local:
+/// the value is dropped by that goroutine as it exits (h27: it stayed in
+/// the G and the next goroutine to reuse the G started with it, and
+/// dropped it).
+#[test]
+fn detached_result_destructor_using_goroutine_locals() {
+    let _w = common::watchdog();
+    common::run(|| {
+        let (tx, rx) = chan::<Option<u64>>(1);
+        let (gate_tx, gate_rx) = chan::<()>(0);
+        let h = goro::spawn(move || {
+            gate_rx.recv().unwrap();
+            SetsLocalOnDrop(tx)
+        });
+        let id = h.id();
+        drop(h); // detached: the goroutine drops its own result
+        gate_tx.send(()).unwrap();
+        // A hang detector, not a speed check: the drop comes at the exit.
+        let dropper = rx.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(dropper, Ok(Some(id)), "the value outlived its goroutine");
+    });
+}
+
 /// An initialiser may use other goroutine-locals; a value is created once
 /// per goroutine (lazily, on first use).
 #[test]
