@@ -224,7 +224,9 @@ fn bit(sig: libc::c_int) -> u64 {
 ///   (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS) or SIGURG (the
 ///   runtime's preemption signal). Nothing is changed then.
 /// - The OS error if the socket pair, `sigaction` or the relay goroutine's
-///   stack fails; signals already installed by this call stay relayed.
+///   stack fails. Nothing is changed then either: the signals this call
+///   installed get their previous disposition back (one that arrived
+///   meanwhile is raised again under it).
 pub fn notify(tx: &Sender<Signal>, sigs: &[Signal]) -> io::Result<()> {
     if sigs.is_empty() {
         return Err(io::Error::new(
@@ -254,32 +256,49 @@ pub fn notify(tx: &Sender<Signal>, sigs: &[Signal]) -> io::Result<()> {
         WAKE_W.store(wr.into_raw_fd(), Ordering::Relaxed);
         r.wake_r = Some(rd);
     }
-    match r.subs.iter_mut().find(|s| s.tx.same_channel(tx)) {
-        Some(s) => s.mask |= mask,
-        None => r.subs.push(Sub {
-            tx: tx.clone(),
-            mask,
-        }),
-    }
-    for n in 1..=64 {
-        if mask & bit(n) != 0 && r.installed & bit(n) == 0 {
-            let prev = install(n)?;
-            r.installed |= bit(n);
-            r.prev.push((n, prev));
+    // The channel's mask before this call (None: a new channel), for the
+    // roll-back below.
+    let old_mask = match r.subs.iter_mut().find(|s| s.tx.same_channel(tx)) {
+        Some(s) => {
+            let m = s.mask;
+            s.mask |= mask;
+            Some(m)
         }
-    }
-    if r.running {
-        // The relay opens newly relayed signals on its thread (see
-        // relay_loop). Until it has, a blocked signal stays pending for
-        // the process, and is delivered then.
-        wake();
-    } else {
-        let rd = r.wake_r.take().expect("relay: read end without a relay");
+        None => {
+            r.subs.push(Sub {
+                tx: tx.clone(),
+                mask,
+            });
+            None
+        }
+    };
+    let mut added = Vec::new();
+    let r2 = &mut *r;
+    let res = (|| {
+        for n in 1..=64 {
+            if mask & bit(n) != 0 && r2.installed & bit(n) == 0 {
+                let prev = install(n)?;
+                r2.installed |= bit(n);
+                r2.prev.push((n, prev));
+                added.push(n);
+            }
+        }
+        if r2.running {
+            // The relay opens newly relayed signals on its thread (see
+            // relay_loop). Until it has, a blocked signal stays pending
+            // for the process, and is delivered then.
+            wake();
+            return Ok(());
+        }
+        let rd = r2.wake_r.take().expect("relay: read end without a relay");
         match crate::Builder::new()
             .name("goro::signal relay")
             .spawn(move || relay_loop(rd))
         {
-            Ok(_) => r.running = true,
+            Ok(_) => {
+                r2.running = true;
+                Ok(())
+            }
             Err(e) => {
                 // The closure (and the read end in it) was dropped: make a
                 // fresh pair next time.
@@ -290,11 +309,38 @@ pub fn notify(tx: &Sender<Signal>, sigs: &[Signal]) -> io::Result<()> {
                 // fd reusing the number could get one stray byte: a
                 // window of a failed spawn, accepted.)
                 unsafe { libc::close(w) };
-                return Err(e);
+                Err(e)
+            }
+        }
+    })();
+    if res.is_err() {
+        // Nothing is changed by a failed call (h27: the signals it
+        // installed were caught and relayed by nobody, e.g. SIGTERM no
+        // longer ended the process): the channel's mask and the
+        // dispositions it replaced come back; one of its signals that
+        // arrived meanwhile is raised again under the old disposition.
+        match old_mask {
+            Some(m) => {
+                if let Some(s) = r.subs.iter_mut().find(|s| s.tx.same_channel(tx)) {
+                    s.mask = m;
+                }
+            }
+            None => r.subs.retain(|s| !s.tx.same_channel(tx)),
+        }
+        for n in added {
+            if let Some(i) = r.prev.iter().position(|&(p, _)| p == n) {
+                let (_, prev) = r.prev.swap_remove(i);
+                // SAFETY: prev is the disposition sigaction reported for n.
+                unsafe { libc::sigaction(n, &prev, core::ptr::null_mut()) };
+            }
+            r.installed &= !bit(n);
+            if PENDING.fetch_and(!bit(n), Ordering::Relaxed) & bit(n) != 0 {
+                // SAFETY: raising a signal with its pre-notify disposition.
+                unsafe { libc::raise(n) };
             }
         }
     }
-    Ok(())
+    res
 }
 
 /// Go's `signal.Stop(c)`: `tx`'s channel (any clone of it) receives no

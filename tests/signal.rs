@@ -341,3 +341,37 @@ fn notify_unblocks_a_signal_blocked_at_start() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A notify that fails (here: the relay goroutine's stack cannot be
+/// mapped) changes nothing: the signal keeps its default action, so the
+/// child dies by the SIGUSR2 it raises (h27: goro's handler stayed
+/// installed with no relay running, and the signal was swallowed).
+#[test]
+fn failed_notify_changes_nothing() {
+    const NAME: &str = "failed_notify_changes_nothing";
+    if in_child(NAME, || {
+        goro::run(|| {
+            let (tx, _rx) = chan(1);
+            goro::__private::fail_stack_allocs(1);
+            let r = signal::notify(&tx, &[Signal::SIGUSR2]);
+            assert!(r.is_err(), "{r:?}");
+            raise(Signal::SIGUSR2);
+            println!("survived");
+        })
+    }) {
+        return;
+    }
+    let out = common::self_test_command(NAME)
+        .env(CHILD_ENV, NAME)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGUSR2),
+        "{:?}: {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
