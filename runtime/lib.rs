@@ -451,7 +451,7 @@ impl std::fmt::Display for Error {
             Error::AlreadyRunning => {
                 f.write_str("goro: runtime already running with a different config")
             }
-            Error::Io(e) => write!(f, "goro: {e}"),
+            Error::Io(e) => write!(f, "goro: cannot start the runtime: {e}"),
         }
     }
 }
@@ -526,7 +526,7 @@ fn start_default() {
     match start(Config::from_env()) {
         Ok(()) | Err(Error::AlreadyRunning) => {}
         // As std::thread::spawn panics when it cannot create the thread.
-        Err(e) => panic!("goro: cannot start the runtime: {e}"),
+        Err(e) => panic!("{e}"),
     }
 }
 

@@ -93,10 +93,7 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
                     }
                     return Err(std::io::Error::new(
                         e.kind(),
-                        format!(
-                            "goro: cannot allocate a {} KiB goroutine stack: {e}",
-                            want >> 10
-                        ),
+                        format!("cannot allocate a {} KiB goroutine stack: {e}", want >> 10),
                     ));
                 }
             }

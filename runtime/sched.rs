@@ -462,8 +462,16 @@ pub(crate) fn started() -> bool {
     STARTED.load(Ordering::Acquire)
 }
 
+/// `e` with what failed in front (its kind kept, for callers that match
+/// on it): "cannot create the sysmon thread: Resource temporarily
+/// unavailable (os error 11)".
+fn context(what: &str, e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
 /// Go's schedinit + main's first steps: allocate Ps, init netpoll, start
-/// sysmon. Idempotent; returns false if it was already running.
+/// sysmon. Idempotent; returns false if it was already running. Errors say
+/// which step failed, with the OS error's kind.
 pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     let _g = START_LOCK.lock();
     if STARTED.load(Ordering::Acquire) {
@@ -472,15 +480,15 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     SCHED
         .stack_size
         .store(stack::round_size(cfg.stack_size), Ordering::Relaxed);
-    netpoll::init()?;
+    netpoll::init().map_err(|e| context("cannot set up the netpoller (epoll)", e))?;
     crate::preempt::init(cfg);
     crate::signal_unix::init(cfg.preempt || cfg.detect_blocking);
     // The steps that can fail (thread creation) come first, and every
     // step before them is idempotent: a start that failed (threads or fds
     // exhausted) can be retried.
-    start_template_thread()?;
+    start_template_thread().map_err(|e| context("cannot create the template thread", e))?;
     if !SYSMON_STARTED.load(Ordering::Relaxed) {
-        crate::sysmon::start(cfg)?;
+        crate::sysmon::start(cfg).map_err(|e| context("cannot create the sysmon thread", e))?;
         SYSMON_STARTED.store(true, Ordering::Relaxed);
     }
     // Relaxed: published by the Release of STARTED below.

@@ -1559,6 +1559,16 @@ fn failed_start_can_be_retried() {
         goro::__private::fail_thread_creations(after, 1);
         let e = goro::start(goro::Config::default().max_procs(2)).unwrap_err();
         assert!(matches!(e, goro::Error::Io(_)), "{e:?}");
+        // The message says what failed, once prefixed (h27: it read
+        // "goro: Resource temporarily unavailable (os error 11)").
+        let thread = if after == 0 { "template" } else { "sysmon" };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "goro: cannot start the runtime: cannot create the {thread} thread: \
+                 Resource temporarily unavailable (os error 11)"
+            )
+        );
         let one = goro::Config::default().max_procs(1);
         goro::start(one).unwrap();
         assert_eq!(goro::run(goro::max_procs), 1);
