@@ -604,13 +604,20 @@ pub struct JoinHandle<T> {
 
 impl<T> JoinHandle<T> {
     /// Waits for the goroutine to finish: parks the calling goroutine, or
-    /// blocks the calling OS thread. `Err(payload)` if it panicked. Never
-    /// panics itself. No Go counterpart (Go waits with a channel or a
-    /// `sync.WaitGroup`); a dump shows the wait as `chan receive`.
+    /// blocks the calling OS thread. `Err(payload)` if it panicked. No Go
+    /// counterpart (Go waits with a channel or a `sync.WaitGroup`); a dump
+    /// shows the wait as `chan receive`.
+    ///
+    /// Panics if the goroutine joins itself (it would wait for ever; std's
+    /// `join` may panic the same way, with EDEADLK).
+    #[track_caller]
     pub fn join(self) -> std::thread::Result<T> {
         let p = &*self.packet;
         // Acquire: pairs with complete's Release.
         if p.state.load(Ordering::Acquire) != DONE {
+            if crate::current_id() == Some(self.id) {
+                panic!("goro: goroutine {} cannot join itself (deadlock)", self.id);
+            }
             let gp = park::parkable_g();
             let w = Waiter {
                 g: gp,

@@ -213,8 +213,10 @@ impl<'scope, T> ScopedJoinHandle<'scope, T> {
     /// Waits for the goroutine to finish (parks the calling goroutine, or
     /// blocks the calling OS thread) and returns its result, or
     /// `Err(payload)` if it panicked; a panic taken here does not make
-    /// [`scope`] panic. Never panics itself. No Go counterpart (Go waits
-    /// with a `sync.WaitGroup`).
+    /// [`scope`] panic. No Go counterpart (Go waits with a
+    /// `sync.WaitGroup`). Panics if the goroutine joins itself, as
+    /// [`JoinHandle::join`](crate::JoinHandle::join).
+    #[track_caller]
     pub fn join(self) -> std::thread::Result<T> {
         // The inner goroutine never unwinds past its catch_unwind, except
         // through a result's destructor, which cannot run here: this handle

@@ -1789,3 +1789,40 @@ fn zero_timer_no_rescue() {
         })
     });
 }
+
+/// A goroutine that joins its own handle panics with a clear message
+/// instead of parking for ever (h27: it parked silently; the deadlock
+/// report came only if nothing else ran), as std's join may, with EDEADLK.
+/// Also inside `blocking`, where the join would block the thread.
+#[test]
+fn joining_itself_panics() {
+    let _s = serial();
+    for in_blocking in [false, true] {
+        run(move || {
+            let (tx, rx) = chan::<goro::JoinHandle<()>>(1);
+            let (mtx, mrx) = chan::<String>(1);
+            let h = goro::spawn(move || {
+                let me = rx.recv().unwrap();
+                let join = move || {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || me.join()))
+                };
+                let r = if in_blocking {
+                    goro::blocking(join)
+                } else {
+                    join()
+                };
+                let msg = match r {
+                    Err(e) => e.downcast_ref::<String>().cloned().unwrap_or_default(),
+                    Ok(_) => "join returned".into(),
+                };
+                mtx.send(msg).unwrap();
+            });
+            let id = h.id();
+            tx.send(h).unwrap();
+            assert_eq!(
+                mrx.recv().unwrap(),
+                format!("goro: goroutine {id} cannot join itself (deadlock)")
+            );
+        });
+    }
+}
