@@ -198,6 +198,53 @@ fn short_read_then_eof_is_seen() {
     });
 }
 
+/// A read with a timeout returns the data waiting in the socket, however
+/// short the timeout (std's per-operation timeout; goro's unskipped read
+/// tries its syscall first). After a short TCP read goro skips the read's
+/// first syscall until a readable edge is harvested; with a timeout that
+/// had passed by the time the read took its direction's lock, the skipped
+/// read reported `TimedOut` without ever trying: a loop retrying on
+/// `TimedOut` never parked, so nothing harvested the edge, and it spun
+/// forever with the data in the socket (found by a stress loop with 1 ns
+/// timeouts; every round here failed before).
+#[test]
+fn timed_read_after_short_read_returns_waiting_data() {
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let (mut c, mut s) = tcp_pair();
+        c.set_read_timeout(Some(Duration::from_nanos(1))).unwrap();
+        let mut buf = [0u8; 2];
+        let mut bad = 0;
+        let rounds = scale(200);
+        for i in 0..rounds {
+            // Two bytes per round, each read alone: each read is short (1
+            // of 2 bytes), so the next one skips its first syscall.
+            for b in [b"a", b"b"] {
+                s.write_all(b).unwrap();
+                wait_buffered(c.as_raw_fd(), 1);
+                match c.read(&mut buf) {
+                    Ok(1) => {}
+                    Err(e) if e.kind() == ErrorKind::TimedOut => {
+                        bad += 1;
+                        // Collect the byte for the next read.
+                        c.set_read_timeout(None).unwrap();
+                        assert_eq!(c.read(&mut buf).unwrap(), 1);
+                        c.set_read_timeout(Some(Duration::from_nanos(1))).unwrap();
+                    }
+                    r => panic!("round {i}: {r:?}"),
+                }
+            }
+        }
+        assert_eq!(
+            bad,
+            0,
+            "{bad} of {} timed reads missed waiting data",
+            2 * rounds
+        );
+    });
+}
+
 #[test]
 fn plain_thread_client_blocks_the_thread() {
     let _w = common::watchdog();

@@ -174,7 +174,8 @@ impl NetFd {
 
     /// [`NetFd::io`]. `skipped_at`: `Some(t)` skips the first try of `op`
     /// because a read under the poll descriptor's tick `t` drained the
-    /// socket (`stream_read`); `None` tries `op` first.
+    /// socket (`stream_read`); `None` tries `op` first. A skipped `op`
+    /// still runs once before the operation may report `TimedOut`.
     ///
     /// Several waiters per direction (Go serialises them with fdMutex
     /// before the first syscall; goro only once one has to wait, so the
@@ -221,22 +222,31 @@ impl NetFd {
             Mode::Write => self.wlock.lock(),
         };
         let mut try_now = self.pd.tick(mode) != tick;
+        // Whether `op` ran: a skipped read owes its syscall before it may
+        // time out, as a per-operation timeout (std's SO_RCVTIMEO) returns
+        // data that is already there. Timing out untried, a loop retrying
+        // on `TimedOut` with a timeout shorter than the way here never
+        // parked, so nothing harvested the edge that would end the skip:
+        // it spun with the data in the socket.
+        let mut tried = skipped_at.is_none();
         loop {
             if self.pd.is_closing() {
                 return Err(closed());
             }
             if try_now {
                 self.pd.consume_ready(mode);
-            } else {
-                if deadline.is_some_and(|d| d <= crate::os::nanotime()) {
+            } else if deadline.is_some_and(|d| d <= crate::os::nanotime()) {
+                if tried {
                     return Err(timed_out());
                 }
+            } else {
                 self.pd.wait(mode, deadline);
                 if self.pd.is_closing() {
                     return Err(closed());
                 }
             }
             try_now = false;
+            tried = true;
             match op() {
                 Err(e) if retry(&e) => {}
                 r => return self.settle(r),
