@@ -694,6 +694,51 @@ fn close_racing_an_operation_reports_closed_not_eof() {
     });
 }
 
+/// After `close()`, the operations that act on the socket outside the
+/// read/write loop fail with the closed error too, as Go's do (fd.incref):
+/// h28 found `shutdown`, the setters and `try_clone` succeeding, and the
+/// clone then reading `Ok(0)`. Getters still answer.
+#[test]
+fn operations_after_close_report_closed() {
+    let _w = init();
+    goro::run(|| {
+        let closed = |r: std::io::Result<()>, what: &str| {
+            let e = r.expect_err(what);
+            assert_eq!(e.kind(), ErrorKind::NotConnected, "{what}: {e}");
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_p, _) = l.accept().unwrap();
+        c.close();
+        closed(c.shutdown(Shutdown::Write), "shutdown");
+        closed(c.set_nodelay(true), "set_nodelay");
+        closed(c.set_ttl(9), "set_ttl");
+        closed(c.set_read_timeout(None), "set_read_timeout");
+        closed(c.set_write_timeout(None), "set_write_timeout");
+        closed(c.try_clone().map(drop), "try_clone");
+        assert!(c.local_addr().is_ok() && c.read_timeout().is_ok());
+        closed(c.into_std().map(drop), "into_std");
+        l.close();
+        closed(l.try_clone().map(drop), "listener try_clone");
+        closed(l.set_ttl(9), "listener set_ttl");
+
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.close();
+        closed(u.connect("127.0.0.1:9"), "udp connect");
+        closed(u.set_broadcast(true), "set_broadcast");
+        closed(u.try_clone().map(drop), "udp try_clone");
+
+        let (a, _b) = UnixStream::pair().unwrap();
+        a.close();
+        closed(a.shutdown(Shutdown::Both), "unix shutdown");
+        closed(a.try_clone().map(drop), "unix try_clone");
+        let (d, _e) = UnixDatagram::pair().unwrap();
+        d.close();
+        closed(d.connect("/nonexistent"), "unix datagram connect");
+        closed(d.try_clone().map(drop), "unix datagram try_clone");
+    });
+}
+
 /// Closes `s` with SO_LINGER 0: the peer gets a RST.
 fn reset(s: TcpStream) {
     use std::os::fd::AsRawFd;

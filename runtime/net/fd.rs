@@ -69,6 +69,17 @@ impl NetFd {
         self.pd.evict();
     }
 
+    /// `Err(closed())` once `close` ran: for the operations that act on
+    /// the socket without the retry loop (setters, shutdown, try_clone,
+    /// into_std), which Go refuses with ErrNetClosing too (fd.incref).
+    pub(crate) fn check_open(&self) -> io::Result<()> {
+        if self.pd.is_closing() {
+            Err(closed())
+        } else {
+            Ok(())
+        }
+    }
+
     /// Whether a goroutine is parked waiting for `mode` (tests only).
     pub(crate) fn parked(&self, mode: Mode) -> bool {
         self.pd.parked(mode)

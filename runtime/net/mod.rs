@@ -86,6 +86,7 @@ macro_rules! std_conversions {
             /// and its timeouts stop applying. Convert the last handle, or
             /// move every clone to std.
             pub fn into_std(self) -> std::io::Result<$std> {
+                self.fd.check_open()?;
                 let $t { fd, inner } = self;
                 drop(fd);
                 inner.set_nonblocking(false)?;
@@ -210,6 +211,7 @@ macro_rules! common_socket_methods {
             /// forever. Never blocks. Errors: `InvalidInput` for a zero
             /// duration.
             pub fn set_read_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+                self.fd.check_open()?;
                 self.fd.set_timeout(crate::netpoll::Mode::Read, t)
             }
 
@@ -219,6 +221,7 @@ macro_rules! common_socket_methods {
             /// forever. Never blocks. Errors: `InvalidInput` for a zero
             /// duration.
             pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
+                self.fd.check_open()?;
                 self.fd.set_timeout(crate::netpoll::Mode::Write, t)
             }
 
@@ -238,10 +241,17 @@ macro_rules! common_socket_methods {
             /// Go's `Close` while others may be using the socket: wakes every
             /// goroutine or thread-free waiter blocked on it with a
             /// `NotConnected` "use of closed network connection" error, and
-            /// makes later operations fail the same way. Does not block.
+            /// makes later operations fail the same way: reads, writes,
+            /// accepts, the setters, `shutdown`, `try_clone` and `into_std`
+            /// (Go's fd.incref refuses them all); the getters (`local_addr`,
+            /// `ttl`, the timeouts) still answer. An operation racing the
+            /// close gets the same error. Does not block.
             /// The fd is released when the value is dropped (so it cannot be
             /// reused under a waiter). Threads blocked in poll(2) on a
-            /// stream socket are woken by a shutdown issued here as well.
+            /// stream socket are woken by a shutdown issued here as well;
+            /// that shutdown acts on the socket, so handles made with
+            /// `try_clone` see its end too (a read gives `Ok(0)`), where a
+            /// Go dup (`File()`) survives `Close`.
             pub fn close(&self) {
                 self.fd.close();
                 // SAFETY: shutdown on our own open fd; errors (ENOTCONN for

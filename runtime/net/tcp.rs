@@ -120,6 +120,7 @@ impl TcpListener {
     /// Never blocks. Errors: dup's (`EMFILE`) or the poller's registration
     /// (resource exhaustion). No Go counterpart (Go's `File()` dups too).
     pub fn try_clone(&self) -> io::Result<TcpListener> {
+        self.fd.check_open()?;
         TcpListener::try_from(self.inner.try_clone()?)
     }
 
@@ -127,6 +128,7 @@ impl TcpListener {
     /// (`InvalidInput` out of range). No Go counterpart in net (x/net/ipv4
     /// sets it per connection).
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.set_ttl(ttl)
     }
 
@@ -276,6 +278,7 @@ impl TcpStream {
     /// blocked reading sees EOF after `Shutdown::Write`. Never blocks.
     /// Errors: shutdown's (`NotConnected` if the connection is gone).
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.shutdown(how)
     }
 
@@ -284,6 +287,7 @@ impl TcpStream {
     /// algorithm on); a stream converted from std keeps its setting. Go's
     /// `TCPConn.SetNoDelay`. Never blocks. Errors: setsockopt's.
     pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.set_nodelay(on)
     }
 
@@ -297,6 +301,7 @@ impl TcpStream {
     /// (`InvalidInput` out of range). No Go counterpart in net (x/net/ipv4's
     /// `Conn.SetTTL`).
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.set_ttl(ttl)
     }
 
@@ -311,6 +316,7 @@ impl TcpStream {
     /// dup's (`EMFILE`) or the poller's registration (resource
     /// exhaustion). No Go counterpart (Go's `File()` dups too).
     pub fn try_clone(&self) -> io::Result<TcpStream> {
+        self.fd.check_open()?;
         TcpStream::from_nonblocking(self.inner.try_clone()?)
     }
 }

@@ -53,6 +53,7 @@ impl UdpSocket {
     /// `blocking`. Errors: resolution or connect's (e.g.
     /// `NetworkUnreachable`).
     pub fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
+        self.fd.check_open()?;
         let addrs = resolve(addr)?;
         self.inner.connect(&addrs[..])
     }
@@ -90,6 +91,7 @@ impl UdpSocket {
     /// Sets SO_BROADCAST (off by default, as in std; Go sets it on every
     /// UDP socket and has no setter). Never blocks. Errors: setsockopt's.
     pub fn set_broadcast(&self, on: bool) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.set_broadcast(on)
     }
 
@@ -103,6 +105,7 @@ impl UdpSocket {
     /// Errors: setsockopt's (`InvalidInput` out of range). No Go
     /// counterpart in net (x/net/ipv4's `PacketConn.SetTTL`).
     pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.set_ttl(ttl)
     }
 
@@ -123,6 +126,7 @@ impl UdpSocket {
     /// timeouts are not copied. Never blocks. Errors: dup's (`EMFILE`) or
     /// the poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
+        self.fd.check_open()?;
         UdpSocket::try_from(self.inner.try_clone()?)
     }
 }

@@ -50,6 +50,7 @@ impl UnixListener {
     /// dup's (`EMFILE`) or the poller's registration (resource
     /// exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
+        self.fd.check_open()?;
         UnixListener::try_from(self.inner.try_clone()?)
     }
 }
@@ -120,6 +121,7 @@ impl UnixStream {
     /// Go's `UnixConn.CloseRead`/`CloseWrite`. Never blocks. Errors:
     /// shutdown's (`NotConnected`).
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.shutdown(how)
     }
 
@@ -127,6 +129,7 @@ impl UnixStream {
     /// timeouts are not copied. Never blocks. Errors: dup's (`EMFILE`) or the
     /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
+        self.fd.check_open()?;
         UnixStream::try_from(self.inner.try_clone()?)
     }
 }
@@ -168,6 +171,7 @@ impl UnixDatagram {
     /// `net.DialUnix("unixgram", ...)`. Never blocks. Errors: connect's
     /// (e.g. `NotFound`, `ConnectionRefused`).
     pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.connect(path)
     }
 
@@ -219,6 +223,7 @@ impl UnixDatagram {
     /// Shuts down one or both halves: Go's `UnixConn.CloseRead`/
     /// `CloseWrite`. Never blocks. Errors: shutdown's.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.fd.check_open()?;
         self.inner.shutdown(how)
     }
 
@@ -226,6 +231,7 @@ impl UnixDatagram {
     /// timeouts are not copied. Never blocks. Errors: dup's (`EMFILE`) or the
     /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
+        self.fd.check_open()?;
         UnixDatagram::try_from(self.inner.try_clone()?)
     }
 }
