@@ -430,7 +430,13 @@ fn deadlock_off() {
 }
 
 fn expect_ok(name: &str) {
-    let o = spawn_child(name, &[], None);
+    expect_ok_with(name, &[]);
+}
+
+/// Runs child `name` with `env` added: it must exit 0 after printing
+/// "child ok", with no deadlock report.
+fn expect_ok_with(name: &str, env: &[(&str, &str)]) {
+    let o = spawn_child(name, env, None);
     assert_eq!(
         o.code,
         Some(0),
@@ -480,19 +486,7 @@ fn no_deadlock_run_from_plain_thread() {
 /// unmapped). In a child whose allocator unmaps every name when it is
 /// freed (`MALLOC_MMAP_THRESHOLD_` below their size).
 fn dump_races_named_exits() {
-    let o = spawn_child(
-        "dump_races_exits",
-        &[("MALLOC_MMAP_THRESHOLD_", "131072")],
-        None,
-    );
-    assert_eq!(
-        o.code,
-        Some(0),
-        "stdout:\n{}\nstderr:\n{}",
-        o.stdout,
-        o.stderr
-    );
-    assert!(o.stdout.contains("child ok"), "{}", o.stdout);
+    expect_ok_with("dump_races_exits", &[("MALLOC_MMAP_THRESHOLD_", "131072")]);
 }
 
 /// Two goroutines spawn and join goroutines named with 256 KiB of `x`

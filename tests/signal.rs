@@ -215,18 +215,7 @@ fn sigterm_kills_again_after_stop() {
     }) {
         return;
     }
-    let out = common::self_test_command(NAME)
-        .env(CHILD_ENV, NAME)
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGTERM),
-        "{:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_child_dies_by(NAME, libc::SIGTERM);
 }
 
 /// SIGQUIT relayed from a program that has not started the runtime yet:
@@ -361,14 +350,19 @@ fn failed_notify_changes_nothing() {
     }) {
         return;
     }
-    let out = common::self_test_command(NAME)
-        .env(CHILD_ENV, NAME)
+    assert_child_dies_by(NAME, libc::SIGUSR2);
+}
+
+/// Runs this test binary's child `name` and checks that it died by `sig`.
+fn assert_child_dies_by(name: &str, sig: i32) {
+    let out = common::self_test_command(name)
+        .env(CHILD_ENV, name)
         .output()
         .unwrap();
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         out.status.signal(),
-        Some(libc::SIGUSR2),
+        Some(sig),
         "{:?}: {}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
