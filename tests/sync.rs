@@ -929,6 +929,83 @@ fn waitgroup_negative_counter_panics() {
     wg.wait();
 }
 
+/// A `done` below zero racing `wait` on a zero counter (misuse on one
+/// side, a legal wait on the other): the caught panic must change nothing.
+/// `done` used to apply the -1 and undo it; a `wait` that read the -1 in
+/// between registered as a waiter, and was left asleep for ever on a
+/// counter of zero (every later `add` then panicked "concurrently with
+/// wait"). Found by h29: the waiter hung after ~800,000 such panics.
+#[test]
+fn waitgroup_negative_done_racing_wait_leaves_no_waiter() {
+    let _w = common::watchdog();
+    let _w = watchdog();
+    // Silence the expected panics of this test's threads only (the message
+    // per panic would dominate the run); others go to the previous hook.
+    let prev = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let ours = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("wg-negative-done"));
+        if !ours {
+            prev(info);
+        }
+    }));
+    let wg = WaitGroup::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let waits = Arc::new(AtomicUsize::new(0));
+    // Waiters: each wait() on a zero counter must return at once.
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (wg, stop, waits) = (wg.clone(), stop.clone(), waits.clone());
+            std::thread::spawn(move || {
+                while !stop.load(SeqCst) {
+                    wg.wait();
+                    waits.fetch_add(1, SeqCst);
+                }
+            })
+        })
+        .collect();
+    let panickers: Vec<_> = (0..2)
+        .map(|i| {
+            let wg = wg.clone();
+            std::thread::Builder::new()
+                .name(format!("wg-negative-done-{i}"))
+                .spawn(move || {
+                    for _ in 0..scale(200_000) {
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wg.done()));
+                        assert!(r.is_err(), "done() on a zero counter must panic");
+                        // A waiter registered on a zero counter never leaves:
+                        // no need to go on (checked below).
+                        if format!("{wg:?}") == "WaitGroup { counter: 0, waiters: 1 }" {
+                            break;
+                        }
+                    }
+                })
+                .unwrap()
+        })
+        .collect();
+    for p in panickers {
+        p.join().unwrap();
+    }
+    // The counter is zero and no done() runs any more: nobody may be
+    // registered as waiting (a waiter stuck before the fix).
+    let state = format!("{wg:?}");
+    stop.store(true, SeqCst);
+    assert_eq!(
+        state,
+        "WaitGroup { counter: 0, waiters: 0 }",
+        "a wait() is asleep on a zero counter after {} waits",
+        waits.load(SeqCst)
+    );
+    for w in waiters {
+        w.join().unwrap();
+    }
+    wg.add(1);
+    wg.done();
+    wg.wait();
+}
+
 /// TestWaitGroupRace: wait never returns before both done() calls.
 #[test]
 fn waitgroup_race() {
