@@ -87,39 +87,35 @@ impl WaitGroup {
         // counter reach zero (a waiter's Acquire load, or the last adder);
         // Acquire lets the adder that reaches zero pass everyone's work on
         // to the waiters it wakes (through the semaphore).
-        let state = if delta < 0 {
-            // A `done` on a zero counter must change nothing, not apply -1
-            // and undo it as an overflowing `add` does: a `wait` that read
-            // the transient -1 registered as a waiter, and the undo then
-            // left the counter at zero with that waiter asleep for ever
-            // (and every later `add` panicking "concurrently with wait").
-            // Go panics (fatally) instead; here the panic is catchable and
-            // the group stays usable. So check before subtracting.
-            // Relaxed: a guess validated by the CAS (AcqRel, as above).
-            let mut cur = st.load(Ordering::Relaxed);
-            loop {
-                if ((cur >> 32) as i32) < -delta {
-                    panic!("goro::sync::WaitGroup::done called more times than add: negative WaitGroup counter");
+        // The new counter is checked before it is stored: a counter out of
+        // range (below zero, above i32::MAX) is never published, so the
+        // caught panic changes nothing. Applying it and undoing it, as
+        // before, let a racing operation act on the transient value: a
+        // `wait` that read a `done`'s -1 on a zero counter registered and
+        // slept for ever once it was undone (and every later `add`
+        // panicked "concurrently with wait"); a legitimate `done` that
+        // read an overflowing `add`'s negative counter panicked itself,
+        // its decrement lost (a later `wait` hung). Go panics (fatally)
+        // on both misuses; here the panic is catchable and the group stays
+        // usable.
+        // Relaxed: a guess validated by the CAS (AcqRel, as above).
+        let mut cur = st.load(Ordering::Relaxed);
+        let state = loop {
+            match ((cur >> 32) as i32).checked_add(delta) {
+                None if delta > 0 => {
+                    panic!("goro::sync::WaitGroup::add: counter overflow (more than i32::MAX)")
                 }
-                let next = cur.wrapping_add(d);
-                match st.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
-                    Ok(_) => break next,
-                    Err(now) => cur = now,
-                }
+                Some(v) if v >= 0 => {}
+                _ => panic!("goro::sync::WaitGroup::done called more times than add: negative WaitGroup counter"),
             }
-        } else {
-            st.fetch_add(d, Ordering::AcqRel).wrapping_add(d)
+            let next = cur.wrapping_add(d);
+            match st.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break next,
+                Err(now) => cur = now,
+            }
         };
         let v = (state >> 32) as i32;
         let w = state as u32;
-        if v < 0 {
-            // An `add` overflowed i32::MAX. Undo, so the group stays usable
-            // after the caught panic (a waiter that read the transient
-            // negative counter waits, rightly: the true counter is not 0).
-            // Relaxed: nothing is published with an undone add.
-            st.fetch_sub(d, Ordering::Relaxed);
-            panic!("goro::sync::WaitGroup::add: counter overflow (more than i32::MAX)");
-        }
         if w != 0 && delta > 0 && v == delta {
             panic!("goro::sync::WaitGroup misuse: add called concurrently with wait");
         }
