@@ -536,13 +536,35 @@ impl Timers {
     }
 
     /// Moves every timer of `self` into `to` (Go's moveTimers, for a P
-    /// destroyed by procresize).
+    /// destroyed by procresize). Drops nothing: the entries are pushed
+    /// without the bulk purge an `add` may run. procresize holds
+    /// `sched.lock`, and a purge releases the timers it removes, which for
+    /// an `after_func` timer's last reference outside a goroutine spawns
+    /// one, and a spawn from a plain thread queues it globally under
+    /// `sched.lock`: `set_max_procs` shrinking from a plain thread hung
+    /// the whole runtime when the move filled P 0's heap to its purge mark
+    /// (found by h29). `to`'s next add purges instead.
     pub(crate) fn move_all(&self, to: &Timers) {
         let ts = std::mem::take(&mut self.heap.lock().t);
+        // Relaxed: as in `pop_due` (a stale value only delays a check).
         self.timer0_when.store(0, Ordering::Relaxed);
-        for t in ts {
-            to.add(t.when, t.action);
+        if ts.is_empty() {
+            return;
         }
+        let mut h = to.heap.lock();
+        for t in ts {
+            h.seq += 1;
+            let seq = h.seq;
+            h.t.push(Timer {
+                when: t.when,
+                seq,
+                action: t.action,
+            });
+            let i = h.t.len() - 1;
+            sift_up(&mut h.t, i);
+        }
+        // Relaxed: as in `add_purging`; the world restarts after this.
+        to.timer0_when.store(h.t[0].when, Ordering::Relaxed);
     }
 
     /// Go's checkTimers: runs all due timers. Returns (now, when the next

@@ -1218,6 +1218,70 @@ fn timers_survive_shrinking_procs() {
     });
 }
 
+/// `set_max_procs` shrinking from a plain thread when moving the destroyed
+/// P's timers fills P 0's heap to its purge mark (1024 entries, the first):
+/// the purge removed stopped `after_func` timers whose handles were dropped,
+/// and releasing their last references outside a goroutine spawned one to
+/// drop the closures, which a plain thread queues under `sched.lock`, held
+/// by procresize: the whole runtime hung (in 3 of 3 runs before the fix;
+/// found by h29). The move now only pushes the entries.
+#[test]
+fn shrinking_procs_from_a_thread_at_p0_heap_purge_mark() {
+    isolated(
+        "shrinking_procs_from_a_thread_at_p0_heap_purge_mark",
+        || {
+            let _p = procs(2);
+            let (tx, rx) = chan::<()>(0);
+            let mut parked = Vec::new();
+            // Goroutines holding long timers, until one's lands on P 1: a hog
+            // keeps one P busy so that they run on the other.
+            for _round in 0..100 {
+                if goro::__private::timers_on_p(1) > 0 {
+                    break;
+                }
+                let stop = Arc::new(AtomicBool::new(false));
+                let hog = {
+                    let stop = stop.clone();
+                    goro::spawn(move || {
+                        while !stop.load(SeqCst) {
+                            std::hint::spin_loop();
+                        }
+                    })
+                };
+                for _ in 0..4 {
+                    let rx = rx.clone();
+                    let h = goro::spawn(move || {
+                        let _t = goro::time::Timer::new(Duration::from_secs(3600));
+                        let _ = rx.recv();
+                    });
+                    while goro::__private::goroutine_parked(h.id()) != Some(true) {
+                        std::thread::yield_now();
+                    }
+                    parked.push(h);
+                }
+                stop.store(true, SeqCst);
+                hog.join().unwrap();
+            }
+            assert!(
+                goro::__private::timers_on_p(1) > 0,
+                "in 100 rounds no timer landed on P 1"
+            );
+            // A plain thread's timers go to P 0: fill its heap to the purge
+            // mark with stopped after_func timers, each held only by its entry.
+            while goro::__private::timers_on_p(0) < 1024 {
+                let t = goro::time::after_func(Duration::from_secs(3600), || {});
+                assert!(t.stop());
+            }
+            assert_eq!(goro::__private::timers_on_p(0), 1024);
+            goro::set_max_procs(1); // hung here
+            drop(tx);
+            for h in parked {
+                h.join().unwrap();
+            }
+        },
+    );
+}
+
 /// TestYieldLockedProgress: as yield_progress, with the polling goroutine
 /// locked to its thread (lock_os_thread), with one P and with the default.
 #[test]
