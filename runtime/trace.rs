@@ -859,7 +859,9 @@ pub(crate) fn init_from_env() {
         return;
     }
     if let Err(e) = start_inner(Path::new(&path)) {
-        eprintln!(
+        // Not eprintln!: a closed stderr must not turn this into a panic.
+        let _ = writeln!(
+            io::stderr(),
             "goro: GORO_TRACE={}: cannot create the trace file: {e}",
             Path::new(&path).display()
         );
@@ -872,7 +874,10 @@ pub(crate) fn init_from_env() {
         }
         if let Err(e) = stop() {
             let path = std::env::var_os("GORO_TRACE").unwrap_or_default();
-            eprintln!(
+            // Not eprintln!: a panic cannot unwind out of an atexit
+            // handler (closed stderr would abort the exit).
+            let _ = writeln!(
+                io::stderr(),
                 "goro: GORO_TRACE={}: cannot write the trace file: {e}",
                 Path::new(&path).display()
             );
