@@ -18,8 +18,9 @@
 //! the scheduler calls [`drop_locals`] on the goroutine's own stack before
 //! the goroutine is reported finished (join sees the drops done) and before
 //! the G can be reused, so a reused G starts with no values. Destructors may
-//! use goroutine-locals again; the table is then rebuilt and dropped in
-//! another round, as std does for thread-locals.
+//! use goroutine-locals again, as std's thread-local destructors may: a key
+//! not dropped yet shows its value, a new one is created and dropped in
+//! turn, and a key already dropped panics (std's `AccessError`).
 //!
 //! # Plain threads
 //!
@@ -42,6 +43,10 @@ use core::ptr;
 struct Locals {
     /// (key address, value), sorted by key.
     entries: Vec<(usize, Box<dyn Any>)>,
+    /// Keys whose values the goroutine's exit has dropped or is dropping,
+    /// sorted: `with` on them panics, as std's does for a thread-local
+    /// during or after its destruction. Only [`drop_locals`] adds to it.
+    destroyed: Vec<usize>,
 }
 
 /// A key for goroutine-local storage, declared with
@@ -66,8 +71,11 @@ impl<T: 'static> LocalKey<T> {
     /// creating it from the initialiser on first use in this goroutine. On a
     /// plain OS thread, uses that thread's value instead.
     ///
-    /// Panics if the initialiser panics, or (on a plain thread) when called
-    /// while the thread's locals are being destroyed, as std's `with` does.
+    /// Panics if the initialiser panics, or when called for a value already
+    /// destroyed: in a goroutine, from a goroutine-local destructor running
+    /// at exit after this key's value was dropped (or by its own
+    /// destructor); on a plain thread, while the thread's locals are being
+    /// destroyed. As std's `with` does.
     /// Never blocks (beyond what the initialiser and `f` do).
     pub fn with<F, R>(&'static self, f: F) -> R
     where
@@ -93,6 +101,9 @@ impl<T: 'static> LocalKey<T> {
         if let Some(v) = lookup::<T>(gp, key) {
             return v;
         }
+        if destroyed(gp, key) {
+            panic!("cannot access a goroutine-local during or after its destruction");
+        }
         // Build outside any borrow of the table: the initialiser may itself
         // use goroutine-locals (and even this one).
         let value: Box<dyn Any> = Box::new((self.init)());
@@ -103,6 +114,7 @@ impl<T: 'static> LocalKey<T> {
             if p.is_null() {
                 p = Box::into_raw(Box::new(Locals {
                     entries: Vec::new(),
+                    destroyed: Vec::new(),
                 }));
                 (*gp).locals.set(p.cast());
             }
@@ -133,6 +145,16 @@ fn lookup<T: 'static>(gp: *mut crate::g::G, key: usize) -> Option<*const T> {
     let table = unsafe { &*p };
     let i = table.entries.binary_search_by_key(&key, |e| e.0).ok()?;
     Some(downcast::<T>(&table.entries[i].1))
+}
+
+/// Whether `key`'s value has been dropped by the goroutine's exit (or is
+/// being dropped).
+fn destroyed(gp: *mut crate::g::G, key: usize) -> bool {
+    // SAFETY: gp is the running G; its table is touched only by itself.
+    let p = unsafe { (*gp).locals.get() }.cast::<Locals>();
+    // SAFETY: p, if not null, is this goroutine's live table; the shared
+    // borrow ends here.
+    unsafe { p.as_ref() }.is_some_and(|t| t.destroyed.binary_search(&key).is_ok())
 }
 
 fn downcast<T: 'static>(v: &Box<dyn Any>) -> *const T {
@@ -279,8 +301,13 @@ macro_rules! goroutine_local {
 
 /// Drops the current goroutine's locals. Called on the goroutine's own
 /// stack right after its closure returns (or panics), so destructors run
-/// in the goroutine (and may use goroutine-locals again: each round's new
-/// values are dropped in the next round).
+/// in the goroutine. One value at a time, taken out of the table, its key
+/// marked destroyed first: a destructor may use a key not dropped yet (it
+/// sees that value) or a new one (created, then dropped by this loop), and
+/// panics on a dropped one, as std's thread-locals behave. Each key is
+/// thus dropped at most once per call, so the loop ends (before h31 a
+/// destructor that touched its own key re-created it for ever: the
+/// goroutine never finished). Leaves the G with no table (it may be reused).
 pub(crate) fn drop_locals() {
     let gp = crate::m::getg();
     if gp.is_null() {
@@ -288,20 +315,31 @@ pub(crate) fn drop_locals() {
     }
     let mut first_panic = None;
     loop {
-        // SAFETY: the running G; `locals` is touched only by the G itself.
-        let p = unsafe { (*gp).locals.replace(ptr::null_mut()) }.cast::<Locals>();
-        if p.is_null() {
-            break;
-        }
-        // SAFETY: p came from Box::into_raw in goroutine_value and was
-        // detached from the G above, so this is its only owner. Dropping the
-        // Vec drops every value even if one destructor panics; the panic is
-        // caught so that values re-created meanwhile are dropped too and the
-        // G is left with no table (it may be reused).
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            // SAFETY: see above: the only owner of p.
-            drop(unsafe { Box::from_raw(p) })
-        }));
+        // SAFETY: the running G; `locals` is touched only by the G itself,
+        // and no borrow of the table lives across the destructor below
+        // (`with` holds references into the values' boxes only).
+        let value = unsafe {
+            let p = (*gp).locals.get().cast::<Locals>();
+            if p.is_null() {
+                break;
+            }
+            let table = &mut *p;
+            if table.entries.is_empty() {
+                (*gp).locals.set(ptr::null_mut());
+                // p came from Box::into_raw in goroutine_value and was just
+                // detached from the G: its only owner.
+                drop(Box::from_raw(p));
+                break;
+            }
+            let (key, value) = table.entries.remove(0);
+            if let Err(i) = table.destroyed.binary_search(&key) {
+                table.destroyed.insert(i, key);
+            }
+            value
+        };
+        // A panicking destructor must not stop the others: caught, and
+        // the first one resumed once the table is gone.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(value)));
         if let Err(e) = r {
             first_panic.get_or_insert(e);
         }

@@ -299,6 +299,54 @@ fn detached_result_destructor_using_goroutine_locals() {
     });
 }
 
+goro::goroutine_local! {
+    static SELF_TOUCHING: TouchesOwnKey = const { TouchesOwnKey };
+}
+
+/// Destructor runs of [`TouchesOwnKey`], and how many of its `with`s on its
+/// own key panicked.
+static OWN_KEY_DROPS: AtomicUsize = AtomicUsize::new(0);
+static OWN_KEY_PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// A value whose destructor uses its own key (a logger flushing into
+/// itself, say). Gives up after 100 runs so that the old behaviour fails
+/// the test instead of hanging it.
+struct TouchesOwnKey;
+
+impl Drop for TouchesOwnKey {
+    fn drop(&mut self) {
+        if OWN_KEY_DROPS.fetch_add(1, SeqCst) >= 100 {
+            return;
+        }
+        let r = std::panic::catch_unwind(|| SELF_TOUCHING.with(|_| ()));
+        if r.is_err() {
+            OWN_KEY_PANICS.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+/// A goroutine-local destructor that uses its own key gets a panic (std's
+/// `AccessError` for a thread-local during its destruction), and the value
+/// is dropped once. h31: it re-created the value, whose destructor
+/// re-created it again, for ever: the goroutine never finished and its
+/// join hung (51 million destructor runs in 3 s).
+#[test]
+fn destructor_using_its_own_key_panics_once() {
+    let _w = common::watchdog();
+    common::run(|| {
+        goro::spawn(|| SELF_TOUCHING.with(|_| ())).join().unwrap();
+        assert_eq!(
+            OWN_KEY_DROPS.load(SeqCst),
+            1,
+            "the destructor re-created its own value"
+        );
+        assert_eq!(OWN_KEY_PANICS.load(SeqCst), 1);
+        // The G is left clean: a goroutine on it starts without a value.
+        goro::spawn(|| ()).join().unwrap();
+        assert_eq!(OWN_KEY_DROPS.load(SeqCst), 1);
+    });
+}
+
 /// An initialiser may use other goroutine-locals; a value is created once
 /// per goroutine (lazily, on first use).
 #[test]
