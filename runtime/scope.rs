@@ -49,7 +49,8 @@ use crate::sync::WaitGroup;
 ///
 /// Panics: if `f` panics, `scope` waits for the goroutines and then
 /// resumes that panic; otherwise, if a scoped goroutine panicked and its
-/// handle was not joined, `scope` panics with "a scoped goroutine
+/// handle was not joined, or the result of a handle dropped unjoined
+/// panicked in its destructor, `scope` panics with "a scoped goroutine
 /// panicked" (after the wait). A joined goroutine's panic is only in its
 /// `join` result, as with std.
 ///
@@ -191,7 +192,15 @@ where
             done.0.unjoined_panics.fetch_add(1, Ordering::Release);
         }
         *their.lock() = Some(r);
-        drop(their);
+        // With the handle gone, the result is dropped here. A panic in its
+        // destructor is this goroutine's, and nobody can join it: counted,
+        // so `scope` panics (std aborts: "thread result panicked on drop").
+        // Before h31 it unwound into the epilogue and was lost: the scope
+        // returned normally.
+        if catch_unwind(AssertUnwindSafe(move || drop(their))).is_err() {
+            // Release: see `scope`'s Acquire load.
+            done.0.unjoined_panics.fetch_add(1, Ordering::Release);
+        }
         drop(done);
     };
     let main: Box<dyn FnOnce() + Send + 'scope> = Box::new(main);

@@ -182,6 +182,40 @@ fn unjoined_panic_panics_the_scope_after_the_wait() {
     });
 }
 
+/// Panics in its destructor (the result of an unjoined handle).
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("result destructor panics (expected by the test)");
+    }
+}
+
+/// The result of a handle dropped unjoined is dropped by its goroutine
+/// inside the scope; a panic there is an unjoined panic: the scope panics.
+/// h31: it unwound into the goroutine's epilogue and was lost, and the
+/// scope returned normally.
+#[test]
+fn unjoined_result_panicking_on_drop_panics_the_scope() {
+    let _w = common::watchdog();
+    run(|| {
+        let (tx, rx) = chan::<()>(0);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            goro::scope(|s| {
+                // The result comes after the handle is gone, so the
+                // goroutine drops it (not the handle).
+                drop(s.spawn(move || {
+                    let _ = rx.recv();
+                    PanicsOnDrop
+                }));
+                tx.close();
+            })
+        }));
+        let msg = *r.expect_err("scope must panic").downcast::<&str>().unwrap();
+        assert_eq!(msg, "a scoped goroutine panicked");
+    });
+}
+
 /// A panic in the scope's own closure is resumed only after the
 /// goroutines it spawned have finished (they still borrow the frame the
 /// unwinding would pop).
