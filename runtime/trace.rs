@@ -642,8 +642,23 @@ pub fn stop() -> io::Result<()> {
 /// dump), which skips exit()'s handlers: writes the file without the
 /// closing counter sample, which needs `sched.lock` (the deadlock check
 /// holds it).
+///
+/// A file that cannot be written is reported on stderr, as the atexit
+/// handler does (h31: the fatal paths said nothing), with write(2) on fd 2:
+/// a parked goroutine may hold std's stderr lock.
 pub(crate) fn stop_at_fatal() {
-    let _ = stop_inner(false);
+    let Some(path) = OUT.lock().clone() else {
+        return; // not tracing
+    };
+    if let Err(e) = stop_inner(false) {
+        let from_env = std::env::var_os("GORO_TRACE").is_some_and(|p| Path::new(&p) == path);
+        let msg = format!(
+            "goro: {}{}: cannot write the trace file: {e}\n",
+            if from_env { "GORO_TRACE=" } else { "trace " },
+            path.display()
+        );
+        crate::dump::write_stderr(msg.as_bytes());
+    }
 }
 
 fn stop_inner(sample: bool) -> io::Result<()> {

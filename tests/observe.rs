@@ -46,6 +46,10 @@ const TESTS: &[Test] = &[
         trace_env_unwritable_is_reported,
     ),
     (
+        "trace_env_unwritable_on_deadlock_is_reported",
+        trace_env_unwritable_on_deadlock_is_reported,
+    ),
+    (
         "trace_env_written_on_deadlock",
         trace_env_written_on_deadlock,
     ),
@@ -1140,6 +1144,21 @@ fn trace_env_unwritable_is_reported() {
         let said = format!("goro: GORO_TRACE={path}: {what} the trace file: ");
         assert!(o.stderr.contains(&said), "no {said:?} in {:?}", o.stderr);
     }
+}
+
+/// GORO_TRACE naming a file that cannot be written (/dev/full) with a
+/// deadlock report, which writes the trace before its _exit: stderr says
+/// why there is no trace, as at a normal exit (h31: nothing was said).
+fn trace_env_unwritable_on_deadlock_is_reported() {
+    let o = spawn_child("deadlock", &[("GORO_TRACE", "/dev/full")], None);
+    assert_eq!(o.code, Some(2), "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("all goroutines are asleep"),
+        "{}",
+        o.stderr
+    );
+    let said = "goro: GORO_TRACE=/dev/full: cannot write the trace file: ";
+    assert!(o.stderr.contains(said), "no {said:?} in {:?}", o.stderr);
 }
 
 /// GORO_TRACE=path: traced from runtime start, written at exit.
