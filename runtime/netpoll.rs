@@ -639,6 +639,25 @@ impl Deadlines {
 }
 
 impl DeadlineTimer {
+    /// Hands out the next carrier generation and records it as queued at
+    /// `at` (the caller then queues the entry, after releasing `st`).
+    /// Under `st`.
+    fn new_carrier(&self, st: &mut DeadlineState, at: i64) -> u64 {
+        st.last += 1;
+        // Relaxed: written under `st`; see the field.
+        self.carrier.store(st.last, Ordering::Relaxed);
+        st.queued = at;
+        st.last
+    }
+
+    /// No entry acts for the direction any more (the queued one, if any,
+    /// is stale). Under `st`.
+    fn retire(&self, st: &mut DeadlineState) {
+        // Relaxed: written under `st`; see the field.
+        self.carrier.store(NO_CARRIER, Ordering::Relaxed);
+        st.queued = NOT_QUEUED;
+    }
+
     fn new() -> DeadlineTimer {
         DeadlineTimer {
             carrier: AtomicU64::new(NO_CARRIER),
@@ -719,11 +738,7 @@ impl PollDesc {
         if st.queued <= d {
             return; // the queued carrier comes up first and re-queues
         }
-        st.last += 1;
-        let carrier = st.last;
-        // Relaxed: written under `st`; see the field.
-        t.carrier.store(carrier, Ordering::Relaxed);
-        st.queued = d;
+        let carrier = t.new_carrier(&mut st, d);
         drop(st);
         // Added after `st` is released, as a user timer's entry: the add
         // may purge the heap. If the carrier changes in between, this
@@ -759,8 +774,7 @@ impl PollDesc {
         // SeqCst: as in deadline_carrier_fired; under `st`, so a wait that
         // started is seen.
         if t.carrier.load(Ordering::Relaxed) == carrier && gen.load(Ordering::SeqCst) != st.seq {
-            t.carrier.store(NO_CARRIER, Ordering::Relaxed);
-            st.queued = NOT_QUEUED;
+            t.retire(&mut st);
             return true;
         }
         false
@@ -791,17 +805,13 @@ pub(crate) fn deadline_carrier_fired(
     // deadline_fired's re-check.
     if gen.load(Ordering::SeqCst) != st.seq {
         // No timed wait on (it ended, or evict ran): retire.
-        t.carrier.store(NO_CARRIER, Ordering::Relaxed);
-        st.queued = NOT_QUEUED;
+        t.retire(&mut st);
         return;
     }
     if st.due > now {
         // The wait's deadline is later than this carrier's time: move.
-        st.last += 1;
-        let next = st.last;
-        t.carrier.store(next, Ordering::Relaxed);
-        st.queued = st.due;
         let due = st.due;
+        let next = t.new_carrier(&mut st, due);
         drop(st);
         crate::timer::requeue(
             timers,
@@ -814,8 +824,7 @@ pub(crate) fn deadline_carrier_fired(
         );
         return;
     }
-    t.carrier.store(NO_CARRIER, Ordering::Relaxed);
-    st.queued = NOT_QUEUED;
+    t.retire(&mut st);
     let seq = st.seq;
     drop(st);
     deadline_fired(pd, seq, mode);

@@ -366,15 +366,19 @@ fn successive_read_deadlines_each_fire_at_their_own_time() {
     goro::run(|| {
         let (c, peer) = tcp_pair();
         let mut b = [0u8; 1];
+        // The peer sends `byte` a little later, from a goroutine.
+        let answer = |byte: &'static [u8]| {
+            let p = peer.try_clone().unwrap();
+            goro::go!(move || {
+                goro::time::sleep(Duration::from_millis(5));
+                (&p).write_all(byte).unwrap();
+            })
+        };
         // Waits that end with data before their 40 ms deadline; each next
         // deadline is later than the queued entry's.
         c.set_read_timeout(Some(Duration::from_millis(40))).unwrap();
         for _ in 0..5 {
-            let p = peer.try_clone().unwrap();
-            let w = goro::go!(move || {
-                goro::time::sleep(Duration::from_millis(5));
-                (&p).write_all(b"x").unwrap();
-            });
+            let w = answer(b"x");
             (&c).read_exact(&mut b).unwrap();
             w.join().unwrap();
         }
@@ -389,11 +393,7 @@ fn successive_read_deadlines_each_fire_at_their_own_time() {
         // A wait with a far deadline ends with data; then one with a near
         // deadline must not wait for the far entry.
         c.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
-        let p = peer.try_clone().unwrap();
-        let w = goro::go!(move || {
-            goro::time::sleep(Duration::from_millis(5));
-            (&p).write_all(b"y").unwrap();
-        });
+        let w = answer(b"y");
         (&c).read_exact(&mut b).unwrap();
         w.join().unwrap();
         let d = Duration::from_millis(30);
