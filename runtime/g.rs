@@ -68,6 +68,21 @@ pub(crate) static NAMES: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 /// Every G ever allocated (Go's allgs), for GODEBUG=scheddetail.
 pub(crate) static ALLGS: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
 
+/// Why the runtime tied a G to its M (`G::pinned`, preempt.rs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Pin {
+    /// Not pinned (lock_os_thread may still have locked it).
+    No,
+    /// Preempted asynchronously in pinned mode: the handler reserved one of
+    /// `Config::preempt_pinned_max` sleeping Ms (preempt::PINNED), released
+    /// when the G runs again.
+    Preempted,
+    /// Parked while unwinding a panic, or detached and waiting for a P
+    /// after computing without one: the G cannot go on anywhere else, so
+    /// the pin is not optional and not counted against the limit.
+    Required,
+}
+
 /// A goroutine. Allocated once, never freed (as in Go): dead Gs are reused
 /// through the free lists, so raw `*mut G` handles stay valid forever.
 ///
@@ -91,11 +106,10 @@ pub(crate) struct G {
     /// with no data behind it; a stale false delays the yield to the next
     /// check or to the signal that follows, a stale true costs one yield.
     pub(crate) preempt: AtomicBool,
-    /// `lockedm` was set by the runtime, not by lock_os_thread: the G was
-    /// preempted asynchronously in pinned mode (preempt.rs), or parked while
-    /// unwinding, and must resume on the same M. Cleared by `execute` when
-    /// it runs again. Owned by whoever owns the G.
-    pub(crate) pinned: Cell<bool>,
+    /// Whether `lockedm` was set by the runtime, not by lock_os_thread, and
+    /// why ([`Pin`]): the G must resume on the same M. Cleared by `execute`
+    /// when it runs again. Owned by whoever owns the G.
+    pub(crate) pinned: Cell<Pin>,
     /// Readied by netpoll: while it waited on a socket its stack has most
     /// likely left the caches, so `execute` prefetches the frames it will
     /// return through (sched.rs, `prefetch_frames`). Set by netpoll, which
@@ -184,7 +198,7 @@ impl G {
             name: core::cell::UnsafeCell::new(None),
             lockedm: Cell::new(ptr::null_mut()),
             locked_count: Cell::new(0),
-            pinned: Cell::new(false),
+            pinned: Cell::new(Pin::No),
             cold: Cell::new(false),
             locals: Cell::new(ptr::null_mut()),
             waitreason: AtomicU8::new(0),

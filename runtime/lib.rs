@@ -370,7 +370,10 @@ impl Config {
 
     /// Sets the most threads sleeping for pinned preempted goroutines
     /// (default 256); [`validate`](Config::validate) (and so [`start`])
-    /// rejects 0. No Go counterpart (Go does not pin).
+    /// rejects 0. Beyond it, async preemptions are refused until a pinned
+    /// goroutine runs again. Threads held by goroutines that parked while
+    /// unwinding a panic do not count: that pin cannot be refused. No Go
+    /// counterpart (Go does not pin).
     pub fn preempt_pinned_max(mut self, n: usize) -> Config {
         self.preempt_pinned_max = n;
         self

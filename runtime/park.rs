@@ -290,7 +290,7 @@ pub(crate) fn lock_os_thread() {
         crate::throw::throw("LockOSThread nesting overflow");
     }
     g.locked_count.set(n + 1);
-    if n == 0 && !g.pinned.get() {
+    if n == 0 && g.pinned.get() == crate::g::Pin::No {
         g.lockedm.set(m as *const M as *mut M);
         m.lockedg.set(gp);
     }

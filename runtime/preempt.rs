@@ -73,7 +73,7 @@
 //! runtime, sysmon signals it (it is `running` again) and the handler sends
 //! it through the trampoline, where it reacquires in the same way (pinned).
 
-use crate::g::{GStatus, G};
+use crate::g::{GStatus, Pin, G};
 use crate::m::{getm, M};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -142,10 +142,13 @@ static MODE: AtomicU8 = AtomicU8::new(0);
 /// Most Ms sleeping for a pinned G at once (Config::preempt_pinned_max).
 /// Written once at start; Relaxed as ASYNC_ENABLED.
 static PINNED_MAX: AtomicUsize = AtomicUsize::new(256);
-/// Ms currently sleeping (or about to) for a pinned G. Incremented by the
-/// handler's decision and async_preempt, decremented when the G runs again.
-/// Relaxed: a count compared with PINNED_MAX (the RMWs keep it exact);
-/// nothing is read through it.
+/// Ms currently sleeping (or about to) for a G pinned by async preemption
+/// ([`Pin::Preempted`]). Incremented by the handler's decision, decremented
+/// when the G runs again. Required pins (a G parked while unwinding, a
+/// detached G waiting for a P) are not counted: they cannot be refused,
+/// and counting them let a few parked unwinders use up the limit and stop
+/// async preemption for good (h30). Relaxed: a count compared with
+/// PINNED_MAX (the RMWs keep it exact); nothing is read through it.
 pub(crate) static PINNED: AtomicUsize = AtomicUsize::new(0);
 
 /// Statistics (only grow; Relaxed: independent counters; DETECT_UNAVAILABLE
@@ -451,7 +454,7 @@ pub(crate) unsafe fn on_signal(
             PREEMPT_PINNED_LIMIT.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        g.pinned.set(true);
+        g.pinned.set(Pin::Preempted);
     }
     m.foreign_refusals.store(0, Ordering::Relaxed);
     // The trampoline and async_preempt run in a critical section that
@@ -539,8 +542,7 @@ extern "C" fn async_preempt(frame: usize) -> usize {
         // this thread if it must wait for one (in both modes: the
         // interrupted code may hold thread state, as any detached G's).
         if g.lockedm.get().is_null() {
-            pin(m, gp);
-            PINNED.fetch_add(1, Ordering::Relaxed);
+            pin(m, gp, Pin::Required);
         }
         reacquire_locked(mp);
         unpin_if_running_here(gp);
@@ -551,9 +553,9 @@ extern "C" fn async_preempt(frame: usize) -> usize {
         if crate::trace::on() {
             crate::trace::preempt(g.goid.get(), true);
         }
-        if g.pinned.get() {
+        if g.pinned.get() == Pin::Preempted {
             // The handler reserved a pinned M: wire the G to this M.
-            pin(m, gp);
+            pin(m, gp, Pin::Preempted);
         }
         // mcall takes over our acquirem (gopreempt_m releases it on g0).
         crate::park::mcall_locked(crate::park::gopreempt_m);
@@ -573,11 +575,12 @@ extern "C" fn async_preempt(frame: usize) -> usize {
 }
 
 /// Wires `gp` to `m` until it runs again (the lock_os_thread mechanism
-/// with `pinned` set, cleared by execute).
-fn pin(m: &M, gp: *mut G) {
+/// with `pinned` set to `why`, cleared by execute). A `Pin::Preempted` pin
+/// was counted in PINNED by the handler.
+fn pin(m: &M, gp: *mut G, why: Pin) {
     // SAFETY: the running G of this M.
     let g = unsafe { &*gp };
-    g.pinned.set(true);
+    g.pinned.set(why);
     g.lockedm.set(m as *const M as *mut M);
     m.lockedg.set(gp);
 }
@@ -586,7 +589,7 @@ fn pin(m: &M, gp: *mut G) {
 fn unpin_if_running_here(gp: *mut G) {
     // SAFETY: the running G.
     let g = unsafe { &*gp };
-    if g.pinned.get() {
+    if g.pinned.get() != Pin::No {
         let _ml = crate::m::MLock::new();
         // SAFETY: this thread's M (pinned to it, and inside the section).
         let m = unsafe { &*getm() };
@@ -594,12 +597,14 @@ fn unpin_if_running_here(gp: *mut G) {
     }
 }
 
-/// Clears a runtime pin (`pinned` set) of `g` on `m`. The G's owner only.
+/// Clears a runtime pin (`pinned` not `Pin::No`) of `g` on `m`, and
+/// releases its PINNED reservation if it had one. The G's owner only.
 pub(crate) fn unpin(m: &M, g: &G) {
-    g.pinned.set(false);
+    if g.pinned.replace(Pin::No) == Pin::Preempted {
+        PINNED.fetch_sub(1, Ordering::Relaxed);
+    }
     g.lockedm.set(core::ptr::null_mut());
     m.lockedg.set(core::ptr::null_mut());
-    PINNED.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Exits the implicit syscall of a G whose M blocking detection detached:
@@ -660,7 +665,6 @@ pub(crate) fn pin_if_panicking(m: &M, gp: *mut G) {
     // SAFETY: the running G.
     let g = unsafe { &*gp };
     if g.lockedm.get().is_null() && std::thread::panicking() {
-        pin(m, gp);
-        PINNED.fetch_add(1, Ordering::Relaxed);
+        pin(m, gp, Pin::Required);
     }
 }

@@ -1402,7 +1402,7 @@ pub(crate) fn execute(m: &M, gp: *mut G, inherit: bool) -> ! {
         // SAFETY: we hold a P while executing; its id is immutable.
         crate::trace::slice_begin(unsafe { (*m.p.get()).id }, g.goid.get());
     }
-    if g.pinned.get() {
+    if g.pinned.get() != crate::g::Pin::No {
         // Back on the M it was pinned to (preempt.rs): the pin is done.
         crate::preempt::unpin(m, g);
     }
