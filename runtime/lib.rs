@@ -68,6 +68,10 @@ mod atomic;
 mod block_on;
 mod chan;
 mod deadlock;
+// loom model of the socket deadline carrier (docs/TESTING.md, "Model
+// tests").
+#[cfg(all(test, goro_loom))]
+mod deadline_model;
 mod dump;
 // loom model of find_runnable's blocking poll and the timer wake-ups
 // (docs/TESTING.md, "Model tests").

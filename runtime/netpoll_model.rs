@@ -33,7 +33,8 @@
 //!   (The real code serves a direction's successive timed waits with one
 //!   heap entry, netpoll.rs `DeadlineTimer`, which calls `deadline_fired`
 //!   with the current wait's `seq` once that wait's deadline has passed;
-//!   modelled as one armed timer per timed wait.)
+//!   modelled as one armed timer per timed wait; deadline_model.rs models
+//!   that carrier.)
 //!   A timer armed after the clock passed its deadline runs too (the real
 //!   timer heap runs it at its next check), so the runner waits while a
 //!   reader is between reading the clock and arming (`arming`);
