@@ -1,8 +1,9 @@
 //! loom model of the socket deadline carrier (runtime/netpoll.rs
 //! `DeadlineTimer`, `PollDesc::arm_deadline`, `PollDesc::deadline_stale`,
-//! `deadline_carrier_fired`, `deadline_fired`; runtime/timer.rs
+//! `deadline_carrier_fired`, `deadline_fired`; runtime/timer.rs `Carrier`,
 //! `Timers::check`'s pop-and-run, `requeue`, and the heap purge that asks
-//! `Timer::is_stale`).
+//! `Timer::is_stale`). User timers (timer.rs `TimerCore`) use the same
+//! `Carrier`; their stop/reset/fire around it are not modelled.
 //!
 //! One heap entry, the carrier, serves a direction's successive timed
 //! waits: a wait queues a new carrier only if none is queued at or before
@@ -17,8 +18,9 @@
 //! orderings, and commented with the function it stands for.
 //!
 //! What is kept: the direction's generation (`rseq`/`wseq`, here `gen`),
-//! `DeadlineTimer::carrier`, its `st` lock over `DeadlineState` (`seq`,
-//! `due`, `queued`, `last`), one timer heap (a loom `Mutex` over a list of
+//! `DeadlineTimer::carrier` (`Carrier::gen`), its `st` lock over
+//! `DeadlineState` (`seq`, `due`, and the `CarrierState`'s `queued` and
+//! `last`), one timer heap (a loom `Mutex` over a list of
 //! (when, carrier) entries) and three actors:
 //! - the waiter: timed waits one after another (`arm_deadline`), each
 //!   ended by the G (the bump when `wait` returns), except the last, which
@@ -47,9 +49,9 @@ use ::loom::sync::atomic::{AtomicU64, Ordering};
 use ::loom::sync::{Arc, Mutex};
 use ::loom::thread;
 
-/// netpoll.rs `NOT_QUEUED`.
+/// timer.rs `NOT_QUEUED`.
 const NOT_QUEUED: i64 = i64::MAX;
-/// netpoll.rs `NO_CARRIER`.
+/// timer.rs `NO_ENTRY`.
 const NO_CARRIER: u64 = u64::MAX;
 
 /// Injected bugs, each a plausible slip in the real code; every one must
@@ -59,8 +61,12 @@ struct Bugs {
     /// `arm_deadline` relies on any queued carrier, even one queued after
     /// the new deadline (`st.queued != NOT_QUEUED` for `st.queued <= d`).
     reuse_later_carrier: bool,
-    /// `DeadlineTimer::retire` clears `carrier` but leaves `queued` set.
+    /// `Carrier::retire` clears the generation but leaves `queued` set
+    /// (as the user timer's copy of the protocol did before session 29).
     retire_keeps_queued: bool,
+    /// `Carrier::covers` judges by `queued` alone (as the deadline's copy
+    /// did: correct there, because its retire reset `queued`).
+    covers_ignores_gen: bool,
     /// `deadline_carrier_fired` fires without comparing the wait's
     /// deadline with the clock (no re-queue for a later deadline).
     fire_without_due_check: bool,
@@ -72,11 +78,12 @@ struct Bugs {
 const FIXED: Bugs = Bugs {
     reuse_later_carrier: false,
     retire_keeps_queued: false,
+    covers_ignores_gen: false,
     fire_without_due_check: false,
     stale_without_lock: false,
 };
 
-/// netpoll.rs `DeadlineState`.
+/// netpoll.rs `DeadlineState` with its `CarrierState` inlined.
 struct State {
     seq: u64,
     due: i64,
@@ -94,7 +101,7 @@ struct Entry {
 struct Dl {
     /// The direction's generation (PollDesc `rseq`).
     gen: AtomicU64,
-    /// `DeadlineTimer::carrier`.
+    /// `DeadlineTimer::carrier` (`Carrier::gen`).
     carrier: AtomicU64,
     /// `DeadlineTimer::st`.
     st: Mutex<State>,
@@ -141,18 +148,18 @@ impl Dl {
         panic!("{what}\nevents:\n{}", self.log.lock().unwrap());
     }
 
-    /// `DeadlineTimer::new_carrier` (under `st`).
+    /// `Carrier::next` (under `st`).
     fn new_carrier(&self, st: &mut State, at: i64) -> u64 {
         st.last += 1;
-        // Relaxed: written under `st` (netpoll.rs :648).
+        // Relaxed: written under `st` (Carrier::gen).
         self.carrier.store(st.last, Ordering::Relaxed);
         st.queued = at;
         st.last
     }
 
-    /// `DeadlineTimer::retire` (under `st`).
+    /// `Carrier::retire` (under `st`).
     fn retire(&self, st: &mut State) {
-        // Relaxed: written under `st` (netpoll.rs :657).
+        // Relaxed: written under `st` (Carrier::gen).
         self.carrier.store(NO_CARRIER, Ordering::Relaxed);
         if !self.bugs.retire_keeps_queued {
             st.queued = NOT_QUEUED;
@@ -173,11 +180,14 @@ impl Dl {
         st.due = d;
         let seq = st.seq;
         self.dues.lock().unwrap().push((seq, d));
-        let reuse = if self.bugs.reuse_later_carrier {
-            st.queued != NOT_QUEUED
-        } else {
-            st.queued <= d
-        };
+        // `Carrier::covers`.
+        let reuse = (self.bugs.covers_ignores_gen
+            || self.carrier.load(Ordering::Relaxed) != NO_CARRIER)
+            && if self.bugs.reuse_later_carrier {
+                st.queued != NOT_QUEUED
+            } else {
+                st.queued <= d
+            };
         if reuse {
             self.log(format_args!(
                 "arm seq {seq} due {d}: carrier queued at {}",
@@ -258,11 +268,12 @@ impl Dl {
             return;
         }
         if st.due > now && !self.bugs.fire_without_due_check {
+            // `Carrier::moved`: the same generation, re-queued.
             let due = st.due;
-            let next = self.new_carrier(&mut st, due);
+            st.queued = due;
             drop(st);
-            self.log(format_args!("carrier {carrier} moves to {due} as {next}"));
-            self.add(due, next);
+            self.log(format_args!("carrier {carrier} moves to {due}"));
+            self.add(due, carrier);
             return;
         }
         self.retire(&mut st);
@@ -335,7 +346,11 @@ impl Dl {
         let left = self.heap.lock().unwrap().len();
         let st = self.st.lock().unwrap();
         let carrier = self.carrier.load(Ordering::Relaxed);
-        if left != 0 || carrier != NO_CARRIER || st.queued != NOT_QUEUED {
+        // A `queued` left set is harmless alone (`covers` also checks the
+        // generation); the bug that leaves it is checked for what it
+        // breaks together with another (`loom_deadline_bug_mixed_copies`).
+        let queued_left = st.queued != NOT_QUEUED && !self.bugs.retire_keeps_queued;
+        if left != 0 || carrier != NO_CARRIER || queued_left {
             let q = st.queued;
             drop(st);
             self.fail(format_args!(
@@ -452,17 +467,18 @@ fn loom_deadline_bug_reuse_later_carrier() {
     );
 }
 
-/// Loom meets this one first as a leak (`queued` left set with the
-/// carrier retired); in the interleavings where the runner retires the
-/// carrier before the second wait arms, that wait relies on it and its
-/// deadline is lost.
+/// The two copies of the protocol before session 29 mixed: the user
+/// timer's retire (`queued` left set) with the deadline's `covers` (no
+/// generation check). When the runner retires the first carrier before
+/// the second wait arms, that wait rides on the retired carrier.
 #[test]
-#[should_panic(expected = "leak")]
-fn loom_deadline_bug_retire_keeps_queued() {
+#[should_panic(expected = "lost deadline")]
+fn loom_deadline_bug_mixed_copies() {
     scenario(
-        "bug retire_keeps_queued",
+        "bug mixed copies",
         Bugs {
             retire_keeps_queued: true,
+            covers_ignores_gen: true,
             ..FIXED
         },
         Some(1),

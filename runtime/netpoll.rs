@@ -81,6 +81,7 @@
 //! timer heap and in-flight epoll events may hold their address forever.
 
 use crate::g::G;
+use crate::timer::{Carrier, CarrierState};
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// The epoll fd and the break eventfd: stored once by `init` with
@@ -584,37 +585,28 @@ fn unblock(slot: &AtomicUsize, ioready: bool) -> *mut G {
     }
 }
 
-/// No deadline carrier queued (`DeadlineState::queued`).
-const NOT_QUEUED: i64 = i64::MAX;
-
 /// The deadline timers of one descriptor (Go's pd.rt and pd.wt).
 pub(crate) struct Deadlines {
     r: DeadlineTimer,
     w: DeadlineTimer,
 }
 
-/// One direction's deadline timer. One runtime-timer entry, the carrier,
-/// serves the direction's timed waits one after another, as Go's pd.rt is
-/// one timer that each SetReadDeadline moves with modtimer: a wait whose
-/// deadline is no earlier than the queued carrier's time (the usual case:
-/// a server's per-request timeout, each deadline later than the last)
-/// only records its deadline; the carrier, when it comes up early, finds
-/// the newer deadline and re-queues itself there (timer.rs's
-/// `carrier_when` for user timers, Go's timerModifiedLater). Before
+/// One direction's deadline timer. One runtime-timer entry, the carrier
+/// (timer.rs [`Carrier`], the protocol user timers use too), serves the
+/// direction's timed waits one after another, as Go's pd.rt is one timer
+/// that each SetReadDeadline moves with modtimer: a wait whose deadline is
+/// no earlier than the queued carrier's time (the usual case: a server's
+/// per-request timeout, each deadline later than the last) only records
+/// its deadline; the carrier, when it comes up early, finds the newer
+/// deadline and re-queues itself there (Go's timerModifiedLater). Before
 /// session 27 every timed wait pushed its own entry, and the heap then
 /// purged the cancelled ones: ~470 instructions and 12 L1 misses per
 /// wake-up more than an untimed wait, against ~100 instructions and 1–2
 /// misses now (`benches/misses.sh`, `netdl` against `net`).
 struct DeadlineTimer {
-    /// Generation of the carrier entry, or `NO_CARRIER`. Written only
-    /// under `st`; read racily (Relaxed) by the heap purge, for which an
-    /// entry that is not the carrier stays stale: generations only grow.
-    carrier: AtomicU64,
+    carrier: Carrier,
     st: parking_lot::Mutex<DeadlineState>,
 }
-
-/// `DeadlineTimer::carrier` when no entry acts for the direction.
-const NO_CARRIER: u64 = u64::MAX;
 
 struct DeadlineState {
     /// The generation (`rseq`/`wseq`) of the last timed wait, and its
@@ -623,10 +615,7 @@ struct DeadlineState {
     /// wait all bump it.
     seq: u64,
     due: i64,
-    /// When the carrier is queued, `NOT_QUEUED` if none.
-    queued: i64,
-    /// The last carrier generation handed out.
-    last: u64,
+    c: CarrierState,
 }
 
 impl Deadlines {
@@ -639,33 +628,13 @@ impl Deadlines {
 }
 
 impl DeadlineTimer {
-    /// Hands out the next carrier generation and records it as queued at
-    /// `at` (the caller then queues the entry, after releasing `st`).
-    /// Under `st`.
-    fn new_carrier(&self, st: &mut DeadlineState, at: i64) -> u64 {
-        st.last += 1;
-        // Relaxed: written under `st`; see the field.
-        self.carrier.store(st.last, Ordering::Relaxed);
-        st.queued = at;
-        st.last
-    }
-
-    /// No entry acts for the direction any more (the queued one, if any,
-    /// is stale). Under `st`.
-    fn retire(&self, st: &mut DeadlineState) {
-        // Relaxed: written under `st`; see the field.
-        self.carrier.store(NO_CARRIER, Ordering::Relaxed);
-        st.queued = NOT_QUEUED;
-    }
-
     fn new() -> DeadlineTimer {
         DeadlineTimer {
-            carrier: AtomicU64::new(NO_CARRIER),
+            carrier: Carrier::new(),
             st: parking_lot::Mutex::new(DeadlineState {
                 seq: 0,
                 due: 0,
-                queued: NOT_QUEUED,
-                last: 0,
+                c: CarrierState::new(),
             }),
         }
     }
@@ -735,10 +704,10 @@ impl PollDesc {
         // deadlines); under `st`, so the carrier sees it with its deadline.
         st.seq = gen.fetch_add(1, Ordering::SeqCst) + 1;
         st.due = d;
-        if st.queued <= d {
+        if t.carrier.covers(&st.c, d) {
             return; // the queued carrier comes up first and re-queues
         }
-        let carrier = t.new_carrier(&mut st, d);
+        let carrier = t.carrier.next(&mut st.c, d);
         drop(st);
         // Added after `st` is released, as a user timer's entry: the add
         // may purge the heap. If the carrier changes in between, this
@@ -763,8 +732,8 @@ impl PollDesc {
     /// lock means a wait or a firing is under way: not stale).
     pub(crate) fn deadline_stale(&self, mode: Mode, carrier: u64) -> bool {
         let t = self.queued_deadline_timer(mode);
-        // Relaxed: see DeadlineTimer::carrier.
-        if t.carrier.load(Ordering::Relaxed) != carrier {
+        // A non-carrier stays one (timer.rs Carrier).
+        if !t.carrier.is(carrier) {
             return true;
         }
         let Some(mut st) = t.st.try_lock() else {
@@ -773,8 +742,8 @@ impl PollDesc {
         let (_, gen) = self.slot_and_gen(mode);
         // SeqCst: as in deadline_carrier_fired; under `st`, so a wait that
         // started is seen.
-        if t.carrier.load(Ordering::Relaxed) == carrier && gen.load(Ordering::SeqCst) != st.seq {
-            t.retire(&mut st);
+        if t.carrier.is(carrier) && gen.load(Ordering::SeqCst) != st.seq {
+            t.carrier.retire(&mut st.c);
             return true;
         }
         false
@@ -794,8 +763,8 @@ pub(crate) fn deadline_carrier_fired(
 ) {
     let t = pd.queued_deadline_timer(mode);
     let mut st = t.st.lock();
-    // Relaxed: written under `st`, which we hold.
-    if t.carrier.load(Ordering::Relaxed) != carrier {
+    // Final: under `st`.
+    if !t.carrier.is(carrier) {
         return; // superseded by an earlier deadline's carrier
     }
     let (_, gen) = pd.slot_and_gen(mode);
@@ -805,26 +774,22 @@ pub(crate) fn deadline_carrier_fired(
     // deadline_fired's re-check.
     if gen.load(Ordering::SeqCst) != st.seq {
         // No timed wait on (it ended, or evict ran): retire.
-        t.retire(&mut st);
+        t.carrier.retire(&mut st.c);
         return;
     }
     if st.due > now {
         // The wait's deadline is later than this carrier's time: move.
         let due = st.due;
-        let next = t.new_carrier(&mut st, due);
+        Carrier::moved(&mut st.c, due);
         drop(st);
         crate::timer::requeue(
             timers,
             due,
-            crate::timer::Action::Deadline {
-                pd,
-                mode,
-                carrier: next,
-            },
+            crate::timer::Action::Deadline { pd, mode, carrier },
         );
         return;
     }
-    t.retire(&mut st);
+    t.carrier.retire(&mut st.c);
     let seq = st.seq;
     drop(st);
     deadline_fired(pd, seq, mode);

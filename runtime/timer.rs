@@ -76,50 +76,130 @@ pub(crate) enum Kind {
 /// Nothing waits for `st` while holding a heap or channel lock (the purge
 /// only tries it), and no user code runs while `st` is held.
 pub(crate) struct TimerCore {
-    /// Generation of the one heap entry that may act for this timer (the
-    /// carrier), or [`NO_ENTRY`]. Written only under `st`; read racily
-    /// (Relaxed) by the heap purge, which drops entries whose generation
-    /// is not the carrier: the carrier only changes to NO_ENTRY or to a
-    /// newer generation, so an entry that is not the carrier never becomes
-    /// it again, and a stale read can only keep an entry one more round,
-    /// never drop a live one.
-    carrier: AtomicU64,
+    /// The heap entry that acts for this timer. Its state is `st.c`.
+    carrier: Carrier,
     st: Mutex<TimerState>,
     kind: Kind,
 }
 
-/// `TimerCore::carrier` when no heap entry acts for the timer.
-const NO_ENTRY: u64 = u64::MAX;
-
 struct TimerState {
-    /// Generation of the last heap entry added for this timer (the next
-    /// gets one more).
-    last_gen: u64,
+    /// The carrier's queued time and generations. A `reset` to a later
+    /// time keeps the entry (Go's timerModifiedLater), which then re-queues
+    /// itself at `due` when it comes up early, instead of adding an entry
+    /// per reset (an idle timeout pushed back on every message).
+    c: CarrierState,
     /// The timer is armed: it fires at `due` (or the deadline overflowed:
-    /// armed but never due). While armed `carrier` names an entry; a
-    /// stopped timer's may still name one (a zombie).
+    /// armed but never due). While armed a carrier is queued at or before
+    /// `due`; a stopped timer's may still be queued (a zombie).
     armed: bool,
     /// When the timer is due (ns), while armed.
     due: i64,
-    /// When the carrier entry is queued: at most `due`. A `reset` to a
-    /// later time keeps the entry (Go's timerModifiedLater), which then
-    /// re-queues itself at `due` when it comes up early, instead of adding
-    /// an entry per reset (an idle timeout pushed back on every message).
-    carrier_when: i64,
     /// Ticker period in ns; 0 for a one-shot timer.
     period: i64,
+}
+
+/// `Carrier::gen` when no heap entry acts.
+const NO_ENTRY: u64 = u64::MAX;
+/// `CarrierState::queued` when no heap entry acts.
+const NOT_QUEUED: i64 = i64::MAX;
+
+/// The one heap entry that acts for a timer whose time moves: a user
+/// timer ([`TimerCore`]) or a socket deadline (netpoll.rs
+/// `DeadlineTimer`). Each entry carries a generation, and only the entry
+/// whose generation is the carrier's acts, so nothing is ever deleted from
+/// a heap eagerly. A new arming rides on the queued entry if it comes up
+/// no later ([`covers`](Carrier::covers)); the entry, coming up early,
+/// re-queues itself at the new time ([`moved`](Carrier::moved); Go's
+/// timerModifiedLater). An earlier arming queues a new generation
+/// ([`next`](Carrier::next)), which makes the old entry stale for good.
+/// The owner keeps a [`CarrierState`] under its lock and calls every
+/// method but [`is`](Carrier::is) under it; entries are added after that
+/// lock is released (an add may purge the heap and drop other timers): if
+/// the carrier changes in between, the new entry is simply stale.
+pub(crate) struct Carrier {
+    /// Generation of the entry that acts, or [`NO_ENTRY`]. Written only
+    /// under the owner's lock; read racily (Relaxed) by the heap purge,
+    /// which drops entries that are not the carrier: the carrier only
+    /// changes to NO_ENTRY or to a newer generation, so an entry that is
+    /// not the carrier never becomes it again, and a stale read can only
+    /// keep an entry one more round, never drop a live one.
+    gen: AtomicU64,
+}
+
+/// The part of a [`Carrier`] its owner keeps under its lock.
+pub(crate) struct CarrierState {
+    /// The last generation handed out (the next gets one more).
+    last: u64,
+    /// When the carrier entry is queued; [`NOT_QUEUED`] when none acts.
+    queued: i64,
+}
+
+impl CarrierState {
+    pub(crate) const fn new() -> CarrierState {
+        CarrierState {
+            last: 0,
+            queued: NOT_QUEUED,
+        }
+    }
+}
+
+impl Carrier {
+    pub(crate) const fn new() -> Carrier {
+        Carrier {
+            gen: AtomicU64::new(NO_ENTRY),
+        }
+    }
+
+    /// Whether the entry of generation `gen` is the carrier. Without the
+    /// owner's lock only "not the carrier" is final (see `gen`).
+    #[inline]
+    pub(crate) fn is(&self, gen: u64) -> bool {
+        // Relaxed: see the field.
+        self.gen.load(Ordering::Relaxed) == gen
+    }
+
+    /// Whether a carrier is queued at or before `when`, so that an arming
+    /// at `when` can ride on it.
+    #[inline]
+    pub(crate) fn covers(&self, st: &CarrierState, when: i64) -> bool {
+        // Relaxed: written only under the owner's lock, which we hold.
+        self.gen.load(Ordering::Relaxed) != NO_ENTRY && st.queued <= when
+    }
+
+    /// Hands out the next generation as the carrier, queued at `at`; the
+    /// caller queues its entry after releasing its lock.
+    pub(crate) fn next(&self, st: &mut CarrierState, at: i64) -> u64 {
+        st.last += 1;
+        // Relaxed: under the owner's lock; see the field.
+        self.gen.store(st.last, Ordering::Relaxed);
+        st.queued = at;
+        st.last
+    }
+
+    /// The carrier, which came up early, re-queues itself (same
+    /// generation) at `at`.
+    #[inline]
+    pub(crate) fn moved(st: &mut CarrierState, at: i64) {
+        st.queued = at;
+    }
+
+    /// No entry acts any more (a queued one, if any, is stale).
+    pub(crate) fn retire(&self, st: &mut CarrierState) {
+        // Relaxed: under the owner's lock; see the field.
+        self.gen.store(NO_ENTRY, Ordering::Relaxed);
+        st.queued = NOT_QUEUED;
+    }
 }
 
 impl TimerCore {
     /// A new, unarmed timer.
     pub(crate) fn new(kind: Kind, period: i64) -> Arc<TimerCore> {
         Arc::new(TimerCore {
-            carrier: AtomicU64::new(NO_ENTRY),
+            carrier: Carrier::new(),
             st: Mutex::new(TimerState {
-                last_gen: 0,
+                c: CarrierState::new(),
                 armed: false,
                 due: 0,
-                carrier_when: 0,
                 period,
             }),
             kind,
@@ -134,14 +214,14 @@ impl TimerCore {
     /// drops is cleared under `st`, so a `reset` never reuses a dropped
     /// entry.
     fn purgeable(&self, gen: u64) -> bool {
-        // Relaxed: see the field's comment (a non-carrier stays one).
-        if self.carrier.load(Ordering::Relaxed) != gen {
+        // A non-carrier stays one (Carrier::gen).
+        if !self.carrier.is(gen) {
             return true;
         }
-        let Some(st) = self.st.try_lock() else {
+        let Some(mut st) = self.st.try_lock() else {
             return false; // busy: keep it one more round
         };
-        if self.carrier.load(Ordering::Relaxed) != gen {
+        if !self.carrier.is(gen) {
             return true;
         }
         let observable = match &self.kind {
@@ -151,7 +231,7 @@ impl TimerCore {
         if st.armed && observable {
             return false;
         }
-        self.carrier.store(NO_ENTRY, Ordering::Relaxed);
+        self.carrier.retire(&mut st.c);
         true
     }
 
@@ -209,18 +289,13 @@ impl TimerCore {
         }
         st.armed = true;
         st.due = when;
-        // Relaxed: `carrier` is only written under `st`, which we hold.
-        if self.carrier.load(Ordering::Relaxed) != NO_ENTRY && st.carrier_when <= when {
+        if self.carrier.covers(&st.c, when) {
             // The queued entry comes up no later than the new time: it
             // carries the new arming and re-queues itself at `due` (fire).
             return active;
         }
-        st.last_gen += 1;
-        let gen = st.last_gen;
-        // Relaxed: `carrier` is only written under `st`, which we hold; the
-        // old carrier (if any) is stale from here on.
-        self.carrier.store(gen, Ordering::Relaxed);
-        st.carrier_when = when;
+        // The old carrier (if any) is stale from here on.
+        let gen = self.carrier.next(&mut st.c, when);
         drop(st);
         // The entry is added after `st` is released: adding may purge the
         // heap and drop other timers (and their closures). If a stop or
@@ -239,8 +314,7 @@ impl TimerCore {
     /// After the carrier fired for good: unarmed, no entry.
     fn disarm_fired(&self, st: &mut TimerState) {
         st.armed = false;
-        // Relaxed: under `st`; see the field's comment.
-        self.carrier.store(NO_ENTRY, Ordering::Relaxed);
+        self.carrier.retire(&mut st.c);
     }
 
     /// Runs the timer's action for the heap entry of generation `gen` that
@@ -249,19 +323,19 @@ impl TimerCore {
     /// On g0 with a P, or on a thread without one; never on a user G.
     fn fire(self: &Arc<Self>, gen: u64, now: i64, timers: &Timers) {
         let mut st = self.st.lock();
-        // Relaxed: `carrier` is only written under `st`, which we hold.
-        if self.carrier.load(Ordering::Relaxed) != gen {
+        // Final: under `st`.
+        if !self.carrier.is(gen) {
             return; // superseded: reset to an earlier time since
         }
         if !st.armed {
             // Stopped while queued (a zombie): no entry is left.
-            self.carrier.store(NO_ENTRY, Ordering::Relaxed);
+            self.carrier.retire(&mut st.c);
             return;
         }
         if st.due > now {
             // Reset to a later time while queued: queue again for then.
             let due = st.due;
-            st.carrier_when = due;
+            Carrier::moved(&mut st.c, due);
             drop(st); // see `reset`: add without holding `st`
             let t = self.clone();
             requeue(timers, due, Action::User { t, gen });
@@ -278,7 +352,7 @@ impl TimerCore {
                 if st.period > 0 {
                     let next = next_tick(st.due, now, st.period);
                     st.due = next;
-                    st.carrier_when = next;
+                    Carrier::moved(&mut st.c, next);
                     drop(st); // see `reset`: add without holding `st`
                     let t = self.clone();
                     requeue(timers, next, Action::User { t, gen });
@@ -745,7 +819,7 @@ mod tests {
         // A live timer: its Receiver is kept.
         let (c, live_rx) = crate::chan::senderless::<Instant>(1);
         let live = TimerCore::new(Kind::Chan(c), 0);
-        live.carrier.store(0, Ordering::Relaxed);
+        live.carrier.gen.store(0, Ordering::Relaxed);
         live.st.lock().armed = true;
         timers.add(
             1_000,
@@ -764,7 +838,7 @@ mod tests {
             let (c, rx) = crate::chan::senderless::<Instant>(1);
             let t = TimerCore::new(Kind::Chan(c), 0);
             for gen in 0..10_000u64 {
-                t.carrier.store(gen + 1, Ordering::Relaxed);
+                t.carrier.gen.store(gen + 1, Ordering::Relaxed);
                 timers.add(i64::MAX - 1, Action::User { t: t.clone(), gen });
             }
             rx
