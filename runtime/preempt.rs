@@ -318,8 +318,14 @@ pub(crate) fn signal_m(m: &M, req: u32) {
         return;
     }
     PREEMPT_SIGNALS.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: tgkill to one of our own threads; Ms never exit while the
-    // runtime runs (a retired M's thread sleeps), so tid is not reused.
+    // SAFETY: tgkill names our own thread group, so the signal reaches one
+    // of this process's threads or none. The tid is stale if m's thread
+    // exited (mexit, when a locked goroutine exits) after the load, and may
+    // then be another of our threads: it gets a spurious SIGURG. goro's
+    // handler acts on it only for that thread's own pending request
+    // (which it would have had anyway), else passes it to the handler
+    // installed before goro's, if any (by default SIGURG is ignored; it is
+    // never relayed to goro::signal). Go's signalM has the same window.
     unsafe {
         libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGURG);
     }

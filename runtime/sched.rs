@@ -1284,6 +1284,12 @@ fn mexit(m: &M) -> ! {
             None => crate::throw::throw("mexit: m not found in allm"),
         }
     }
+    // The thread is about to exit and its tid may then be reused by a new
+    // thread of this process. Relaxed: racy readers (signal_m, sysmon's
+    // /proc probes) take 0 as "no thread"; one that read the tid just
+    // before sends at worst a spurious SIGURG to another of our threads
+    // (signal_m's SAFETY comment).
+    m.procid.store(0, Ordering::Relaxed);
     // Relaxed: a count; the RMW keeps it exact.
     SCHED.mcount.fetch_sub(1, Ordering::Relaxed);
     let sp = m.mstart_buf.get();

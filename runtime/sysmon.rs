@@ -804,9 +804,12 @@ fn signal_detached_running(now: i64, cursor: &mut usize) {
     // Relaxed: a statistic.
     DETACHED_PROBES.fetch_add(n as u64, Ordering::Relaxed);
     for &mp in &due[..n] {
-        // SAFETY: `due` holds pointers taken from ALLM above, and Ms are
-        // never freed (a retired M's thread sleeps), so each stays valid;
-        // only atomics and the tid are read through it.
+        // SAFETY: `due` holds pointers taken from ALLM above, and M structs
+        // are never freed (an M whose thread exits, mexit, goes to the free
+        // list for reuse), so each stays valid; only atomics and the tid
+        // are read through it. A tid read after mexit is 0 (no probe); one
+        // read just before may name another of our threads: a wrong probe
+        // result at worst, and signal_m's spurious SIGURG.
         let m = unsafe { &*mp };
         match thread_in_syscall(m.procid.load(Ordering::Relaxed)) {
             Some(false) => {
