@@ -871,3 +871,255 @@ fn read_timeout_races_data() {
         }
     });
 }
+
+// ---------------------------------------------------------------------------
+// A second operation's timeout behind a parked one (not Go tests)
+//
+// One goroutine is parked reading (or writing) a socket with no timeout;
+// a second one reads (writes) the same socket with a timeout. The second
+// waits for the direction's lock (one waiter per poll slot), and its
+// timeout must run there: it fails with `TimedOut` while the first stays
+// parked, as std's per-call timeouts do in the kernel. Before h33 the
+// second waited, untimed, until the first finished.
+
+/// How long a test waits for a timed operation to end before it declares
+/// it hung (a watchdog, not a speed limit: the timeouts are 50 ms).
+fn watch() -> Duration {
+    Duration::from_secs(if qemu() { 60 } else { 10 })
+}
+
+/// The result `rx` brings within [`watch`], or closes `c` (ending every
+/// operation on it) and panics with `what`.
+fn within<T: Send + 'static>(rx: &goro::Receiver<T>, c: &TcpStream, what: &str) -> T {
+    match rx.recv_timeout(watch()) {
+        Ok(v) => v,
+        Err(_) => {
+            c.close();
+            panic!("{what}: still waiting after {:?}", watch())
+        }
+    }
+}
+
+/// Sets `opt` (SO_SNDBUF / SO_RCVBUF) of `fd` to 16 KiB.
+fn small_buffer(fd: std::os::fd::RawFd, opt: libc::c_int) {
+    let v: libc::c_int = 16 << 10;
+    // SAFETY: a valid socket fd and a c_int option value.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0);
+}
+
+/// A reader with a timeout behind a parked reader without one, from a
+/// goroutine and from a plain thread: each times out, the parked reader
+/// stays parked and then reads the byte sent to it.
+#[test]
+fn second_reader_times_out_behind_a_parked_reader() {
+    let _w = common::watchdog();
+    run(|| {
+        for thread in [false, true] {
+            let (c, mut s) = tcp_pair();
+            let c = Arc::new(c);
+            let c1 = c.clone();
+            let a = goro::go!(move || {
+                let mut b = [0u8; 1];
+                (&*c1).read(&mut b).map(|n| (n, b[0]))
+            });
+            while !c.__parked(false) {
+                goro::yield_now();
+            }
+            let d = Duration::from_millis(50);
+            c.set_read_timeout(Some(d)).unwrap();
+            let (tx, rx) = goro::chan(1);
+            let c2 = c.clone();
+            let second = move || {
+                let t0 = Instant::now();
+                let r = (&*c2).read(&mut [0u8; 1]);
+                tx.send((r, t0.elapsed())).unwrap();
+            };
+            if thread {
+                std::thread::spawn(second);
+            } else {
+                goro::go!(second);
+            }
+            let (r, el) = within(&rx, &c, "the second reader behind a parked reader");
+            let e = r.expect_err("the second reader got data");
+            assert!(is_timeout(&e), "second reader (thread: {thread}): {e}");
+            assert!(el >= d, "timed out early: {el:?}");
+            assert!(
+                c.__parked(false) && !a.is_finished(),
+                "the first reader left its wait"
+            );
+            s.write_all(b"x").unwrap();
+            assert_eq!(a.join().unwrap().unwrap(), (1, b'x'));
+        }
+    });
+}
+
+/// The same for writes: a writer parked on a full socket, a second writer
+/// with a timeout times out; closing the socket then ends the first.
+#[test]
+fn second_writer_times_out_behind_a_parked_writer() {
+    let _w = common::watchdog();
+    run(|| {
+        let (c, s) = tcp_pair();
+        small_buffer(c.as_raw_fd(), libc::SO_SNDBUF);
+        small_buffer(s.as_raw_fd(), libc::SO_RCVBUF);
+        let c = Arc::new(c);
+        let c1 = c.clone();
+        let a = goro::go!(move || (&*c1).write_all(&vec![1u8; 4 << 20]));
+        while !c.__parked(true) {
+            assert!(!a.is_finished(), "4 MiB fitted in the socket buffers");
+            goro::yield_now();
+        }
+        let d = Duration::from_millis(50);
+        c.set_write_timeout(Some(d)).unwrap();
+        let (tx, rx) = goro::chan(1);
+        let c2 = c.clone();
+        goro::go!(move || {
+            let t0 = Instant::now();
+            let r = (&*c2).write(&[2u8; 64 << 10]);
+            tx.send((r, t0.elapsed())).unwrap();
+        });
+        let (r, el) = within(&rx, &c, "the second writer behind a parked writer");
+        let e = r.expect_err("the second writer wrote");
+        assert!(is_timeout(&e), "second writer: {e}");
+        assert!(el >= d, "timed out early: {el:?}");
+        assert!(
+            c.__parked(true) && !a.is_finished(),
+            "the first writer left its wait"
+        );
+        c.close();
+        let e = a.join().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotConnected, "first writer: {e}");
+        drop(s);
+    });
+}
+
+/// `close` ends a reader waiting for the direction's lock (no timeout)
+/// as well as the reader parked on the socket: both fail with the closed
+/// error.
+#[test]
+fn close_ends_a_reader_waiting_behind_a_parked_reader() {
+    let _w = common::watchdog();
+    run(|| {
+        let (c, _s) = tcp_pair();
+        let c = Arc::new(c);
+        let (tx, rx) = goro::chan(2);
+        let c1 = c.clone();
+        let tx1 = tx.clone();
+        goro::go!(move || tx1.send((&*c1).read(&mut [0u8; 1])).unwrap());
+        while !c.__parked(false) {
+            goro::yield_now();
+        }
+        let c2 = c.clone();
+        let b = goro::go!(move || tx.send((&*c2).read(&mut [0u8; 1])).unwrap());
+        common::wait_parked(b.id());
+        c.close();
+        for i in 0..2 {
+            let r = within(&rx, &c, "a reader after close");
+            let e = r.expect_err("a reader got data after close");
+            assert_eq!(e.kind(), ErrorKind::NotConnected, "reader {i}: {e}");
+        }
+    });
+}
+
+/// Several goroutines and a plain thread read one socket at once with
+/// timeouts from 1 µs to 2 ms while the peer writes a numbered stream in
+/// bursts: they queue for the read lock, time out in the queue and on
+/// the slot, and hand the lock on; every byte is read exactly once and
+/// nobody hangs. Then, with all of them waiting (untimed), `close` ends
+/// every one.
+#[test]
+fn contended_timed_readers_lose_nothing() {
+    let _w = common::watchdog();
+    run(|| {
+        let total = scale(200_000);
+        let (c, s) = tcp_pair();
+        let c = Arc::new(c);
+        let writer = goro::go!(move || {
+            for (k, chunk) in (0..total)
+                .map(|i| (i % 251) as u8)
+                .collect::<Vec<u8>>()
+                .chunks(5)
+                .enumerate()
+            {
+                (&s).write_all(chunk).unwrap();
+                if k % 4 == 0 {
+                    goro::yield_now();
+                }
+            }
+            s
+        });
+        let seen = Arc::new(goro::sync::Mutex::new(vec![0usize; 251]));
+        let got = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let reader = |r: usize| {
+            let (c, seen, got) = (c.clone(), seen.clone(), got.clone());
+            move || {
+                let timeouts = [1_000u64, 20_000, 300_000, 2_000_000];
+                let mut i = r;
+                let mut b = [0u8; 3];
+                let mut timed_out = 0usize;
+                // Each byte's value names its position modulo 251; the
+                // readers' reads interleave, so count bytes by value.
+                while got.load(std::sync::atomic::Ordering::SeqCst) < total {
+                    c.set_read_timeout(Some(Duration::from_nanos(timeouts[i % 4])))
+                        .unwrap();
+                    i += 1;
+                    match (&*c).read(&mut b) {
+                        Ok(0) => panic!("EOF"),
+                        Ok(n) => {
+                            let mut seen = seen.lock();
+                            for &x in &b[..n] {
+                                seen[x as usize] += 1;
+                            }
+                            got.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        Err(e) if is_timeout(&e) => timed_out += 1,
+                        Err(e) => panic!("reader {r}: {e}"),
+                    }
+                }
+                timed_out
+            }
+        };
+        let hs: Vec<_> = (0..4).map(|r| goro::go!(reader(r))).collect();
+        let t = std::thread::spawn(reader(4));
+        for h in hs {
+            h.join().unwrap();
+        }
+        goro::blocking(|| t.join().unwrap());
+        let seen = seen.lock();
+        let want: Vec<usize> = (0..251)
+            .map(|v| (0..total).filter(|i| i % 251 == v).count())
+            .collect();
+        for v in 0..251 {
+            assert_eq!(seen[v], want[v], "byte value {v}");
+        }
+        assert_eq!(got.load(std::sync::atomic::Ordering::SeqCst), total);
+        drop(seen);
+        // Untimed readers, queued behind one another; close ends them all.
+        c.set_read_timeout(None).unwrap();
+        let (tx, rx) = goro::chan(4);
+        let waiter = |tx: goro::Sender<std::io::Result<usize>>| {
+            let c = c.clone();
+            move || tx.send((&*c).read(&mut [0u8; 1])).unwrap()
+        };
+        let hs: Vec<_> = (0..3).map(|_| goro::go!(waiter(tx.clone()))).collect();
+        std::thread::spawn(waiter(tx));
+        for h in &hs {
+            common::wait_parked(h.id());
+        }
+        c.close();
+        for i in 0..4 {
+            let e = within(&rx, &c, "a waiting reader after close").unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotConnected, "reader {i}: {e}");
+        }
+        drop(writer.join().unwrap());
+    });
+}

@@ -2,6 +2,7 @@
 //! retry loop every `goro::net` operation goes through (Go's internal/poll
 //! FD: try the syscall; on EAGAIN wait on the poll descriptor; retry).
 
+use super::iolock::{IoLock, Stop};
 use crate::netpoll::{Mode, PollDesc};
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::io;
@@ -14,9 +15,10 @@ use std::time::Duration;
 pub(crate) struct NetFd {
     pd: &'static PollDesc,
     /// One waiter per direction (Go's fdMutex read/write locks): taken only
-    /// when an operation has to wait.
-    rlock: crate::sync::Mutex<()>,
-    wlock: crate::sync::Mutex<()>,
+    /// when an operation has to wait; a locker's deadline and `close` end
+    /// its wait for the lock too (iolock.rs).
+    rlock: IoLock,
+    wlock: IoLock,
     /// Per-operation timeouts in ns, 0 = none. Relaxed: a plain setting,
     /// read at the start of each operation.
     rtimeout: AtomicU64,
@@ -55,18 +57,23 @@ impl NetFd {
     pub(crate) fn new(fd: RawFd) -> io::Result<NetFd> {
         Ok(NetFd {
             pd: PollDesc::open(fd)?,
-            rlock: crate::sync::Mutex::new(()),
-            wlock: crate::sync::Mutex::new(()),
+            rlock: IoLock::new(),
+            wlock: IoLock::new(),
             rtimeout: AtomicU64::new(0),
             wtimeout: AtomicU64::new(0),
             rdrained: AtomicU64::new(0),
         })
     }
 
-    /// Marks the socket closed and wakes its waiters (Go's pollDesc.evict);
-    /// later operations fail with "use of closed network connection".
+    /// Marks the socket closed and wakes its waiters (Go's pollDesc.evict),
+    /// those parked on the poll slots and those waiting for a direction's
+    /// lock; later operations fail with "use of closed network connection".
     pub(crate) fn close(&self) {
         self.pd.evict();
+        // After `closing` is set (evict's SeqCst store): a locker that
+        // checks it under the lock's queue lock either sees it or is found.
+        self.rlock.close_waiters();
+        self.wlock.close_waiters();
     }
 
     /// `Err(closed())` once `close` ran: for the operations that act on
@@ -204,6 +211,10 @@ impl NetFd {
     /// the socket lock the kernel takes and releases inside the syscall
     /// orders that load before the arrival of any data the syscall missed,
     /// hence before the harvest of its edge.
+    ///
+    /// The wait for the lock ends at `deadline` (`TimedOut`) or at
+    /// `close`, as the wait on the slot does (iolock.rs): a timed operation
+    /// queued behind one parked without a timeout does not wait for it.
     fn io_with<R: Outcome>(
         &self,
         mode: Mode,
@@ -221,16 +232,37 @@ impl NetFd {
             Some(t) => t,
             None => {
                 let t = self.pd.tick(mode);
-                match op() {
-                    Err(e) if retry(&e) => {}
+                match try_op(&mut op) {
+                    Err(e) if would_block(&e) => {}
                     r => return self.settle(r),
                 }
                 t
             }
         };
-        let _guard = match mode {
-            Mode::Read => self.rlock.lock(),
-            Mode::Write => self.wlock.lock(),
+        let lock = match mode {
+            Mode::Read => &self.rlock,
+            Mode::Write => &self.wlock,
+        };
+        // The wait for the lock is bounded by the deadline and ended by
+        // `close`, as the wait on the slot is: a timed read queued behind
+        // a read parked without a timeout times out on its own.
+        let _guard = match lock.lock(deadline, self.pd) {
+            Ok(g) => g,
+            Err(Stop::Closed) => return Err(closed()),
+            Err(Stop::TimedOut) => {
+                if self.pd.is_closing() {
+                    return Err(closed());
+                }
+                // A skipped read owes its syscall (see `tried` below); it
+                // needs no lock.
+                if skipped_at.is_some() {
+                    match try_op(&mut op) {
+                        Err(e) if would_block(&e) => {}
+                        r => return self.settle(r),
+                    }
+                }
+                return Err(timed_out());
+            }
         };
         let mut try_now = self.pd.tick(mode) != tick;
         // Whether `op` ran: a skipped read owes its syscall before it may
@@ -258,8 +290,8 @@ impl NetFd {
             }
             try_now = false;
             tried = true;
-            match op() {
-                Err(e) if retry(&e) => {}
+            match try_op(&mut op) {
+                Err(e) if would_block(&e) => {}
                 r => return self.settle(r),
             }
         }
@@ -324,11 +356,24 @@ impl Outcome
 /// A completed connect.
 impl Outcome for () {}
 
-fn retry(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-    )
+/// Runs the non-blocking syscall `op`, again at once while it fails with
+/// `Interrupted` (EINTR), as Go's ignoringEINTR / ignoringEINTRIO do: a
+/// signal cut the call short, which says nothing about readiness. (Until
+/// h33 EINTR was taken for EAGAIN: the operation tried again only after
+/// the next edge or its deadline, and with neither coming it waited for
+/// ever.)
+fn try_op<R>(op: &mut impl FnMut() -> io::Result<R>) -> io::Result<R> {
+    loop {
+        match op() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
+}
+
+/// Whether `op` must wait for readiness before it is tried again (EAGAIN).
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
 }
 
 impl Drop for NetFd {
@@ -398,4 +443,39 @@ pub(crate) fn resolve<A: std::net::ToSocketAddrs>(
         ));
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    /// A try that fails with `Interrupted` (EINTR) is run again at once,
+    /// not taken for EAGAIN. No socket call can be made to return EINTR on
+    /// demand (a non-blocking one never sleeps, so a signal finds none in
+    /// progress), so the syscall here is a stand-in that fails once with
+    /// it, on a socket with nothing to read, and then succeeds unless it
+    /// is retried only after the 10 s deadline, i.e. after waiting for
+    /// readiness that never came (before h33: `Err(TimedOut)` after 10 s,
+    /// with two tries).
+    #[test]
+    fn interrupted_is_retried_at_once() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let fd = NetFd::new(a.as_raw_fd()).unwrap();
+        let dl = deadline(Some(Duration::from_secs(10)));
+        let mut tries = 0;
+        let r = fd.io(Mode::Read, dl, || {
+            tries += 1;
+            if tries == 1 {
+                Err(io::ErrorKind::Interrupted.into())
+            } else if dl.is_some_and(|d| crate::os::nanotime() >= d) {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(7usize)
+            }
+        });
+        assert_eq!(r.map_err(|e| e.kind()), Ok(7));
+        assert_eq!(tries, 2);
+    }
 }

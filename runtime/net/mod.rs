@@ -28,6 +28,7 @@
 //! See docs/NET.md for the poller's design.
 
 mod fd;
+mod iolock;
 pub(crate) mod splice;
 mod tcp;
 mod udp;
