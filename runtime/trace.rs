@@ -37,7 +37,13 @@
 // trace's number while on. A chunk remembers the generation its events
 // belong to; its owner resets it (len 0, then the new generation, Release)
 // the first time it records for a new trace, so only the owner ever
-// writes `len`, and `stop` ignores chunks of other generations.
+// writes `len`, and `stop` ignores chunks of other generations. A thread's
+// emits read `GEN` in order, so an emit never sees its chunk in a later
+// generation than the one it read, provided no goroutine moves between
+// threads inside `emit` (hence the acquirem rule below); should one
+// (h34: `start`'s first counter sample ran outside a critical section),
+// an emit of an older generation drops its event instead of resetting
+// the chunk, which would lose the running trace's events in it.
 //
 // Slices are not stored as such: `execute` records a `Begin` (P, G) and
 // `park`, `preempt`, a yield, an exit or the next `Begin` end it; `stop` replays each
@@ -393,15 +399,22 @@ fn p_id(pp: *const crate::p::P) -> i32 {
 /// Appends an event stamped now to this thread's buffer. Not inlined: the
 /// thread-local's address must not be cached across a goroutine switch
 /// (lib.rs docs). Callers on a user G are inside an acquirem section (no
-/// asynchronous preemption can interleave a second writer on this thread);
-/// the others run on g0, sysmon or a plain thread. Never from a signal
-/// handler.
+/// asynchronous preemption can interleave a second writer on this thread,
+/// or move the caller to another thread between its read of `GEN` and its
+/// write); the others run on g0, sysmon or a plain thread. Never from a
+/// signal handler.
 #[inline(never)]
 fn emit(kind: Kind, p: i32, arg: u64, reason: WaitReason) {
     let gen = GEN.load(Ordering::Relaxed);
     if gen == 0 {
         return;
     }
+    emit_gen(gen, kind, p, arg, reason);
+}
+
+/// [`emit`] for generation `gen`, which the caller read from `GEN` (not 0).
+#[inline(always)]
+fn emit_gen(gen: u64, kind: Kind, p: i32, arg: u64, reason: WaitReason) {
     let mut tb = TBUF.with(Cell::get);
     if tb.is_null() {
         tb = register();
@@ -444,9 +457,24 @@ fn emit(kind: Kind, p: i32, arg: u64, reason: WaitReason) {
 #[cold]
 fn emit_slow(tb: &ThreadBuf, gen: u64, ev: Event) {
     let c = tb.cur.load(Ordering::Relaxed);
-    // SAFETY: c, if not null, is this thread's current chunk: only this
-    // thread frees it or hands it over (as in `emit`).
-    let stale = !c.is_null() && unsafe { (*c).gen.load(Ordering::Relaxed) } != gen;
+    // c, if not null, is this thread's current chunk: only this thread
+    // frees it or hands it over (as in `emit`).
+    let cgen = if c.is_null() {
+        0
+    } else {
+        // SAFETY: see above.
+        unsafe { (*c).gen.load(Ordering::Relaxed) }
+    };
+    if cgen > gen {
+        // The caller read `GEN` before a `stop`, and the chunk already
+        // holds events of a later trace, written on this thread after
+        // that read: by a goroutine that ran here while the caller's
+        // goroutine, preempted, moved here from another thread. The event
+        // belongs to a stopped trace; resetting the chunk as a stale one
+        // (below) would drop the running trace's events (h34).
+        return;
+    }
+    let stale = !c.is_null() && cgen < gen;
     let c = if stale {
         // Left from an earlier trace: reuse it. `stop` of that trace has
         // finished (start/stop serialise), and a reader of this
@@ -709,8 +737,30 @@ fn tsc_usable() -> bool {
 pub fn start(path: impl AsRef<Path>) -> io::Result<()> {
     crate::ensure_started();
     start_inner(path.as_ref())?;
+    // Inside a critical section, as every emit on a user G must be (h34:
+    // this one was not). Preempted between its read of `GEN` and its
+    // write, the goroutine could resume on another M and write that
+    // thread's chunk beside its owner, or, after a `stop` and `start`
+    // meanwhile, reset it as stale and lose the new trace's events there.
+    let _ml = crate::m::MLock::new();
     sample_counters();
     Ok(())
+}
+
+/// Test hook (h34): records one counter event on the calling thread as an
+/// `emit` that read `GEN` before the last `stop` would, i.e. with the
+/// previous trace's generation. Returns false, recording nothing, unless
+/// a trace runs that had a predecessor. The event must not be recorded,
+/// and the thread's events of the running trace must survive it.
+#[doc(hidden)]
+pub fn __emit_stale_generation() -> bool {
+    let _ml = crate::m::MLock::new();
+    let gen = GEN.load(Ordering::Relaxed);
+    if gen < 2 {
+        return false;
+    }
+    emit_gen(gen - 1, Kind::Counters, -1, 0, WaitReason::Zero);
+    true
 }
 
 pub(crate) fn start_inner(path: &Path) -> io::Result<()> {

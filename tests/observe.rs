@@ -42,6 +42,7 @@ const TESTS: &[Test] = &[
     ("trace_file", trace_file),
     ("trace_env", trace_env),
     ("trace_syscall_handoff", trace_syscall_handoff),
+    ("trace_stale_generation_emit", trace_stale_generation_emit),
     (
         "trace_env_unwritable_is_reported",
         trace_env_unwritable_is_reported,
@@ -1292,6 +1293,49 @@ fn child_trace_syscall_handoff() {
     });
     let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
     println!("ids {}", ids.join(" "));
+}
+
+/// An event recorded with the previous trace's generation on a thread
+/// whose chunk already holds the running trace's events — what an `emit`
+/// that read the generation before a `stop` sees when its goroutine moved
+/// to another thread and recorded after the next `start` (h34, found by
+/// reading: `trace::start`'s own counter sample ran outside a critical
+/// section). The event is dropped; the running trace keeps the thread's
+/// events (before: the chunk was reset as stale and they were lost).
+fn trace_stale_generation_emit() {
+    let (first, path) = (trace_path("gen1"), trace_path("gen2"));
+    let p = path.clone();
+    let ids = common::run(move || {
+        goro::trace::start(&first).unwrap();
+        goro::trace::stop().unwrap();
+        let _ = std::fs::remove_file(&first);
+        goro::trace::start(&p).unwrap();
+        // A plain thread: its events go to its own chunk, and nothing
+        // else writes there.
+        let t = std::thread::spawn(|| {
+            let hs: Vec<_> = (0..3).map(|_| goro::spawn(|| ())).collect();
+            let ids: Vec<u64> = hs.iter().map(|h| h.id()).collect();
+            assert!(goro::trace::__emit_stale_generation());
+            for h in hs {
+                h.join().unwrap();
+            }
+            ids
+        });
+        let ids = goro::blocking(|| t.join().unwrap());
+        goro::trace::stop().unwrap();
+        ids
+    });
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap();
+    for id in ids {
+        assert!(
+            evs.iter()
+                .any(|e| e["name"] == "spawn" && e["args"]["goid"] == id),
+            "no spawn of G{id}: the plain thread's events were lost"
+        );
+    }
 }
 
 /// GORO_TRACE=path: traced from runtime start, written at exit.
