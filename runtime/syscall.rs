@@ -130,12 +130,17 @@ pub fn enter_syscall_block() -> SyscallGuard {
     }
     // SAFETY: as in enter_syscall.
     let (m, g) = unsafe { (&*getm(), &*gp) };
-    if crate::trace::on() {
-        // SAFETY: our P until releasep below.
-        crate::trace::syscall_enter(unsafe { (*m.p.get()).id }, g.goid.get());
-    }
     g.cas_status(GStatus::Running, GStatus::Syscall);
     let pp = sched::releasep(m);
+    if crate::trace::on() {
+        // The call, and the end of our slice on the P, before another M
+        // can run on it.
+        // SAFETY: pp was ours until releasep; nobody else has it before
+        // handoffp, and Ps are never freed.
+        let p = unsafe { &*pp };
+        crate::trace::syscall_enter(p.id, g.goid.get());
+        crate::trace::syscall_handoff(p.id);
+    }
     // SAFETY: pp was ours until releasep.
     unsafe { (*pp).syscalltick.fetch_add(1, Ordering::Relaxed) };
     m.oldp.set(core::ptr::null_mut());
@@ -203,22 +208,27 @@ pub(crate) fn exitsyscall_locked(mp: *mut crate::m::M) {
     // or preempt::reacquire checked the state), inside acquirem.
     let (m, g) = unsafe { (&*mp, &*crate::m::getg()) };
     let oldp = m.oldp.replace(core::ptr::null_mut());
-    if crate::trace::on() {
-        // SAFETY: Ps are never freed; the id is immutable.
-        let p = unsafe { oldp.as_ref() }.map_or(-1, |p| p.id as i32);
-        crate::trace::syscall_exit(p, g.goid.get());
-    }
-    if exitsyscallfast(m, oldp) {
+    if exitsyscallfast(m, g, oldp) {
         g.cas_status(GStatus::Syscall, GStatus::Running);
         crate::m::releasem(mp);
         return;
+    }
+    if crate::trace::on() {
+        crate::trace::syscall_exit(oldp, core::ptr::null(), false, g.goid.get());
     }
     crate::park::exitsyscall_slow_locked();
 }
 
 /// Go's exitsyscallfast: CAS `oldp` back (Syscall → Running), else take
 /// an idle P. Returns whether the M now holds a P.
-fn exitsyscallfast(m: &crate::m::M, oldp: *mut crate::p::P) -> bool {
+///
+/// The trace's exit event is recorded on each path once the P is taken,
+/// so that it can say which P and how (Go's GoSysExit is also written
+/// once the G has its P): a goroutine that lost its P meanwhile begins a
+/// new slice on the one it got. One check of the flag per path, as
+/// before (h34 first tested it once after this function, on a returned
+/// enum: 8 more instructions per guarded call with tracing off, callgrind).
+fn exitsyscallfast(m: &crate::m::M, g: &crate::g::G, oldp: *mut crate::p::P) -> bool {
     // While the world stops, Ps in Syscall belong to the stopper.
     if SCHED.gcwaiting.load(Ordering::Acquire) {
         return false;
@@ -231,12 +241,18 @@ fn exitsyscallfast(m: &crate::m::M, oldp: *mut crate::p::P) -> bool {
             p.m.set(m as *const _ as *mut _);
             m.p.set(oldp);
             p.syscalltick.fetch_add(1, Ordering::Relaxed);
+            if crate::trace::on() {
+                crate::trace::syscall_exit(oldp, oldp, true, g.goid.get());
+            }
             return true;
         }
     }
     match sched::pidleget_locked() {
         Some(pp) => {
             sched::acquirep(m, pp);
+            if crate::trace::on() {
+                crate::trace::syscall_exit(oldp, pp, false, g.goid.get());
+            }
             true
         }
         None => false,

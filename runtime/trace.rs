@@ -8,8 +8,10 @@
 //! Go's wait reason), `unpark` (args: goroutine id readied), `preempt`
 //! (args: goroutine id, `coop` or `async`), `steal` (args: victim P),
 //! `syscall enter` / `syscall exit` (args: goroutine id; a guarded
-//! blocking call, Go's GoSysCall/GoSysExit) and, on the retaken P's track,
-//! `syscall handoff`. Events from threads without a P (a plain thread
+//! blocking call, Go's GoSysCall/GoSysExit; the exit on the track of the P
+//! the goroutine resumes on) and `syscall handoff` (args: the P, on its
+//! track: the P was taken from the goroutine in a syscall on it, whose
+//! slice ends there; Go's GoSysBlock). Events from threads without a P (a plain thread
 //! readying or spawning a goroutine, sysmon) go to a track `tid = -1` named
 //! `no P`. Timestamps are µs since `start`.
 //!
@@ -35,14 +37,37 @@
 // trace's number while on. A chunk remembers the generation its events
 // belong to; its owner resets it (len 0, then the new generation, Release)
 // the first time it records for a new trace, so only the owner ever
-// writes `len`, and `stop` ignores chunks of other generations.
+// writes `len`, and `stop` ignores chunks of other generations. A thread's
+// emits read `GEN` in order, so an emit never sees its chunk in a later
+// generation than the one it read, provided no goroutine moves between
+// threads inside `emit` (hence the acquirem rule below); should one
+// (h34: `start`'s first counter sample ran outside a critical section),
+// an emit of an older generation drops its event instead of resetting
+// the chunk, which would lose the running trace's events in it.
 //
 // Slices are not stored as such: `execute` records a `Begin` (P, G) and
 // `park`, `preempt`, a yield, an exit or the next `Begin` end it; `stop` replays each
 // thread's events in order to build the complete events (an M runs one G
-// at a time, so a thread's slices never interleave). A goroutine that
-// resumes without `schedule` (after a syscall with a new P) stays in its
-// slice, attributed to the P it started on.
+// at a time, so a thread's slices never interleave).
+//
+// Syscalls (Go's GoSysBlock/GoSysExit, per thread): a goroutine in a
+// syscall stays on its M, but its P may be taken meanwhile (sysmon's
+// retake, `enter_syscall_block`, stop-the-world) and run other goroutines,
+// so its slice must end on that P at the hand-off, an event of another
+// thread. Whoever takes the P records `SyscallHandoff` on it before
+// handing it on; the exit records, once it has a P again, whether it took
+// its own P back untouched (`SyscallExit`: the slice goes on) or lost it
+// (`SyscallExitLost`: the slice ended; a new one begins on the P it got).
+// `stop` then ends the slice at the first hand-off of the P after the
+// slice began (`SyscallIndex`), or at the first slice another M began on
+// the P, for a P taken without an event (stop-the-world). An exit that
+// took its P back from another goroutine's syscall (the P was retaken and
+// ran a goroutine that then entered a syscall; Go's
+// exitsyscallfast_reacquired) records that goroutine's hand-off as well,
+// and its own loss: it sees the P's `syscalltick` moved by more than the
+// two of its call since the slice began or its last call (each thread
+// keeps the value, `ThreadBuf::sys`; also for a detach, which records
+// nothing at entry).
 //
 // Clock: events are stamped with the CPU's counter (`rdtsc` on x86_64
 // when the kernel's clocksource is the TSC, i.e. the kernel found it
@@ -111,9 +136,13 @@ enum Kind {
     PreemptAsync,
     /// Goroutine `arg` entered a guarded blocking call (Go's GoSysCall).
     SyscallEnter,
-    /// Goroutine `arg` returned from it (Go's GoSysExit).
+    /// Goroutine `arg` returned from it with its P `p` kept: its slice
+    /// goes on (Go's GoSysExit).
     SyscallExit,
-    /// sysmon retook P `arg` (the P id) from a syscall and handed it off.
+    /// P `arg` (the P id) was taken from the goroutine in a syscall on it
+    /// (sysmon's retake, `enter_syscall_block`, or an exit that took the P
+    /// back from another goroutine's syscall): that goroutine's slice on
+    /// the P ends here (Go's GoSysBlock and ProcStop).
     SyscallHandoff,
     /// A G took work from P `arg` (the victim's id).
     Steal,
@@ -124,11 +153,16 @@ enum Kind {
     Netpoll,
     /// The stack scavenger returned `arg` free stacks to the OS.
     Scavenge,
+    /// Goroutine `arg` returned from a syscall during which it lost its P
+    /// (a `SyscallHandoff` on that P, or a stop-the-world): its slice there
+    /// has ended; it goes on in a new slice on P `p` (none if -1: it
+    /// waits in the global queue, and `execute` begins its next slice).
+    SyscallExitLost,
 }
 
 impl Kind {
     /// Every kind, indexed by its discriminant.
-    const ALL: [Kind; 14] = [
+    const ALL: [Kind; 15] = [
         Kind::Begin,
         Kind::End,
         Kind::Spawn,
@@ -143,6 +177,7 @@ impl Kind {
         Kind::Counters,
         Kind::Netpoll,
         Kind::Scavenge,
+        Kind::SyscallExitLost,
     ];
 }
 
@@ -252,6 +287,12 @@ struct ThreadBuf {
     /// Owner only: a slice is open (a `Begin` not yet ended), so
     /// `schedule` must record its end.
     open: Cell<bool>,
+    /// Owner only: (generation, goroutine id, its P's `syscalltick`) for
+    /// the open slice: set when it begins, advanced by each syscall of the
+    /// goroutine that keeps the P, for `syscall_exit` to tell whether the P
+    /// it took back was retaken and re-entered meanwhile; zeros when
+    /// unknown (no slice of this trace, or one begun without `Begin`).
+    sys: Cell<(u64, u64, u32)>,
     /// Set (Release) by the owner's thread-exit destructor; `stop` (Acquire)
     /// may then free the buffer and its chunk.
     dead: AtomicBool,
@@ -358,15 +399,22 @@ fn p_id(pp: *const crate::p::P) -> i32 {
 /// Appends an event stamped now to this thread's buffer. Not inlined: the
 /// thread-local's address must not be cached across a goroutine switch
 /// (lib.rs docs). Callers on a user G are inside an acquirem section (no
-/// asynchronous preemption can interleave a second writer on this thread);
-/// the others run on g0, sysmon or a plain thread. Never from a signal
-/// handler.
+/// asynchronous preemption can interleave a second writer on this thread,
+/// or move the caller to another thread between its read of `GEN` and its
+/// write); the others run on g0, sysmon or a plain thread. Never from a
+/// signal handler.
 #[inline(never)]
 fn emit(kind: Kind, p: i32, arg: u64, reason: WaitReason) {
     let gen = GEN.load(Ordering::Relaxed);
     if gen == 0 {
         return;
     }
+    emit_gen(gen, kind, p, arg, reason);
+}
+
+/// [`emit`] for generation `gen`, which the caller read from `GEN` (not 0).
+#[inline(always)]
+fn emit_gen(gen: u64, kind: Kind, p: i32, arg: u64, reason: WaitReason) {
     let mut tb = TBUF.with(Cell::get);
     if tb.is_null() {
         tb = register();
@@ -380,6 +428,8 @@ fn emit(kind: Kind, p: i32, arg: u64, reason: WaitReason) {
     match kind {
         Kind::Begin => tb.open.set(true),
         Kind::End | Kind::Park | Kind::PreemptCoop | Kind::PreemptAsync => tb.open.set(false),
+        // A new slice on the P the goroutine got back, if any.
+        Kind::SyscallExitLost => tb.open.set(p >= 0),
         _ => {}
     }
     let ev = Event {
@@ -407,9 +457,24 @@ fn emit(kind: Kind, p: i32, arg: u64, reason: WaitReason) {
 #[cold]
 fn emit_slow(tb: &ThreadBuf, gen: u64, ev: Event) {
     let c = tb.cur.load(Ordering::Relaxed);
-    // SAFETY: c, if not null, is this thread's current chunk: only this
-    // thread frees it or hands it over (as in `emit`).
-    let stale = !c.is_null() && unsafe { (*c).gen.load(Ordering::Relaxed) } != gen;
+    // c, if not null, is this thread's current chunk: only this thread
+    // frees it or hands it over (as in `emit`).
+    let cgen = if c.is_null() {
+        0
+    } else {
+        // SAFETY: see above.
+        unsafe { (*c).gen.load(Ordering::Relaxed) }
+    };
+    if cgen > gen {
+        // The caller read `GEN` before a `stop`, and the chunk already
+        // holds events of a later trace, written on this thread after
+        // that read: by a goroutine that ran here while the caller's
+        // goroutine, preempted, moved here from another thread. The event
+        // belongs to a stopped trace; resetting the chunk as a stale one
+        // (below) would drop the running trace's events (h34).
+        return;
+    }
+    let stale = !c.is_null() && cgen < gen;
     let c = if stale {
         // Left from an earlier trace: reuse it. `stop` of that trace has
         // finished (start/stop serialise), and a reader of this
@@ -456,6 +521,7 @@ fn register() -> *const ThreadBuf {
         cur: AtomicPtr::new(ptr::null_mut()),
         nseq: Cell::new(0),
         open: Cell::new(false),
+        sys: Cell::new((0, 0, 0)),
         dead: AtomicBool::new(false),
     }));
     bufs.push(BufPtr(tb));
@@ -467,6 +533,31 @@ fn register() -> *const ThreadBuf {
 #[cold]
 pub(crate) fn slice_begin(p: usize, goid: u64) {
     emit(Kind::Begin, p as i32, goid, WaitReason::Zero);
+    // The P is ours (execute holds it): its syscalltick moves only with
+    // our goroutine's syscalls until one loses it.
+    set_slice_tick(goid, crate::sched::allp(p));
+}
+
+/// Records (`ThreadBuf::sys`) that goroutine `goid` now holds P `pp`, or
+/// that nothing is known (`pp` null).
+fn set_slice_tick(goid: u64, pp: *const crate::p::P) {
+    let tb = TBUF.with(Cell::get);
+    if tb.is_null() || tb == DEAD {
+        return;
+    }
+    // SAFETY: Ps are never freed.
+    let v = match unsafe { pp.as_ref() } {
+        // Relaxed: the P is ours; nobody else changes its tick while we
+        // hold it (sysmon's retake increments it only after taking it).
+        Some(p) => (
+            GEN.load(Ordering::Relaxed),
+            goid,
+            p.syscalltick.load(Ordering::Relaxed),
+        ),
+        None => (0, 0, 0),
+    };
+    // SAFETY: this thread's live buffer; its Cells are ours.
+    unsafe { (*tb).sys.set(v) };
 }
 
 /// The M's goroutine stopped running without a park or preemption event
@@ -525,14 +616,66 @@ pub(crate) fn syscall_enter(p: usize, goid: u64) {
     emit(Kind::SyscallEnter, p as i32, goid, WaitReason::Zero);
 }
 
-/// Goroutine `goid` returns from a guarded blocking call; `p` is the P it
-/// held before (-1 if none), whose track shows the event.
+/// Goroutine `goid` returned from a syscall (guarded, or a detach by
+/// blocking detection) and now holds P `now` (null: none, it goes to the
+/// global queue). `oldp` is the P it held when it entered (null if it gave
+/// it up then: `enter_syscall_block`); `kept`: it took `oldp` back with
+/// the CAS from Syscall (Go's exitsyscallfast with oldp). The event goes
+/// on `now`'s track. In an acquirem section, after the P was acquired.
 #[cold]
-pub(crate) fn syscall_exit(p: i32, goid: u64) {
-    emit(Kind::SyscallExit, p, goid, WaitReason::Zero);
+pub(crate) fn syscall_exit(
+    oldp: *const crate::p::P,
+    now: *const crate::p::P,
+    kept: bool,
+    goid: u64,
+) {
+    let tb = TBUF.with(Cell::get);
+    let (gen, id, tick) = if tb.is_null() || tb == DEAD {
+        (0, 0, 0)
+    } else {
+        // SAFETY: this thread's live buffer; its Cells are ours.
+        unsafe { (*tb).sys.get() }
+    };
+    // The goroutine's P and its tick are known for a slice that began in
+    // this trace (with `Begin`, or at a lost P's exit); else no check.
+    let known = gen != 0 && gen == GEN.load(Ordering::Relaxed) && id == goid;
+    let mut lost = !kept;
+    if kept && known {
+        // SAFETY: `kept`: oldp is not null; Ps are never freed.
+        let p = unsafe { &*oldp };
+        // A P kept untouched moved by exactly two (reentersyscall and
+        // exitsyscallfast; also for a detach by blocking detection); more
+        // means sysmon retook it, another goroutine ran on it and is now
+        // in a syscall on it, whose P our CAS took (Go's
+        // exitsyscallfast_reacquired). Both goroutines lost the P: record
+        // the hand-off of the other one (ours was recorded by whoever
+        // retook it). Relaxed: our CAS (AcqRel) acquired the status from
+        // the P's last owner, after every increment, and nobody else
+        // changes it while we hold the P.
+        if p.syscalltick.load(Ordering::Relaxed) != tick.wrapping_add(2) {
+            emit(
+                Kind::SyscallHandoff,
+                p.id as i32,
+                p.id as u64,
+                WaitReason::Zero,
+            );
+            lost = true;
+        }
+    }
+    // For the next exit: a kept P goes on if it was known; a lost P's
+    // exit starts anew on the P it got.
+    set_slice_tick(goid, if known || lost { now } else { ptr::null() });
+    let kind = if lost {
+        Kind::SyscallExitLost
+    } else {
+        Kind::SyscallExit
+    };
+    emit(kind, p_id(now), goid, WaitReason::Zero);
 }
 
-/// sysmon handed P `p` off from a syscall (guarded or detected).
+/// P `p` was taken from the goroutine in a syscall on it (sysmon's
+/// retake of a guarded or detected call, or `enter_syscall_block`): its
+/// slice there ends now. Before the P is handed to another M.
 #[cold]
 pub(crate) fn syscall_handoff(p: usize) {
     emit(Kind::SyscallHandoff, p as i32, p as u64, WaitReason::Zero);
@@ -594,8 +737,30 @@ fn tsc_usable() -> bool {
 pub fn start(path: impl AsRef<Path>) -> io::Result<()> {
     crate::ensure_started();
     start_inner(path.as_ref())?;
+    // Inside a critical section, as every emit on a user G must be (h34:
+    // this one was not). Preempted between its read of `GEN` and its
+    // write, the goroutine could resume on another M and write that
+    // thread's chunk beside its owner, or, after a `stop` and `start`
+    // meanwhile, reset it as stale and lose the new trace's events there.
+    let _ml = crate::m::MLock::new();
     sample_counters();
     Ok(())
+}
+
+/// Test hook (h34): records one counter event on the calling thread as an
+/// `emit` that read `GEN` before the last `stop` would, i.e. with the
+/// previous trace's generation. Returns false, recording nothing, unless
+/// a trace runs that had a predecessor. The event must not be recorded,
+/// and the thread's events of the running trace must survive it.
+#[doc(hidden)]
+pub fn __emit_stale_generation() -> bool {
+    let _ml = crate::m::MLock::new();
+    let gen = GEN.load(Ordering::Relaxed);
+    if gen < 2 {
+        return false;
+    }
+    emit_gen(gen - 1, Kind::Counters, -1, 0, WaitReason::Zero);
+    true
 }
 
 pub(crate) fn start_inner(path: &Path) -> io::Result<()> {
@@ -661,6 +826,88 @@ pub(crate) fn stop_at_fatal() {
     }
 }
 
+/// Per P, sorted by time, where a goroutine's slice ends when its P was
+/// taken during a syscall: the hand-offs (ticks), and the slices begun on
+/// it — a `Begin`, or a lost P's exit onto it (ticks, and the thread's
+/// registration index). Empty (and not built) when the trace has no
+/// syscall exits.
+#[derive(Default)]
+struct SyscallIndex {
+    held: Vec<Vec<(u64, usize)>>,
+    handoffs: Vec<Vec<u64>>,
+}
+
+impl SyscallIndex {
+    fn new(runs: &[(usize, &[Event])]) -> SyscallIndex {
+        let mut ix = SyscallIndex::default();
+        let exits = runs.iter().any(|(_, r)| {
+            r.iter()
+                .any(|e| matches!(e.kind(), Kind::SyscallExit | Kind::SyscallExitLost))
+        });
+        if !exits {
+            return ix;
+        }
+        for &(owner, r) in runs {
+            for e in r {
+                let Ok(p) = usize::try_from(e.p()) else {
+                    continue;
+                };
+                match e.kind() {
+                    // Slices begun: by `execute`, or at a lost P's exit.
+                    Kind::Begin | Kind::SyscallExitLost => {
+                        if ix.held.len() <= p {
+                            ix.held.resize_with(p + 1, Vec::new);
+                        }
+                        ix.held[p].push((e.ts, owner));
+                    }
+                    Kind::SyscallHandoff => {
+                        if ix.handoffs.len() <= p {
+                            ix.handoffs.resize_with(p + 1, Vec::new);
+                        }
+                        ix.handoffs[p].push(e.ts);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for v in &mut ix.held {
+            v.sort_unstable();
+        }
+        for v in &mut ix.handoffs {
+            v.sort_unstable();
+        }
+        ix
+    }
+
+    /// For a goroutine of thread `owner` whose slice on P `p` began at
+    /// `t0` and that returned from a syscall at `t1` (ticks): where it lost
+    /// the P, if it did before `t1` — the first hand-off of the P after
+    /// `t0`, or the first slice another thread began on it (a P taken
+    /// without a hand-off event: by a stop-the-world) — else None.
+    /// While the goroutine holds its P (running, or in a syscall nobody
+    /// retook) neither happens; the previous holder's hand-off and slices
+    /// precede `t0`.
+    fn lost_at(&self, owner: usize, p: i32, t0: u64, t1: u64) -> Option<u64> {
+        let p = usize::try_from(p).ok()?;
+        let h = self.handoffs.get(p).and_then(|v| {
+            v.get(v.partition_point(|&t| t <= t0))
+                .copied()
+                .filter(|&t| t < t1)
+        });
+        let o = self.held.get(p).and_then(|v| {
+            v[v.partition_point(|&(t, _)| t <= t0)..]
+                .iter()
+                .take_while(|&&(t, _)| t < t1)
+                .find(|&&(_, o)| o != owner)
+                .map(|&(t, _)| t)
+        });
+        match (h, o) {
+            (Some(h), Some(o)) => Some(h.min(o)),
+            (h, o) => h.or(o),
+        }
+    }
+}
+
 fn stop_inner(sample: bool) -> io::Result<()> {
     // Critical section: the trace locks are also taken on g0 of this M.
     let _ml = crate::m::MLock::new();
@@ -720,21 +967,26 @@ fn stop_inner(sample: bool) -> io::Result<()> {
     let mut chunks: Vec<&Chunk> = read.iter().map(|&c| unsafe { &*c }).collect();
     chunks.sort_unstable_by_key(|c| (c.owner, c.seq));
 
-    // Replay each thread's events in order into slices and instants.
+    // Each chunk's events, read once: both passes below see the same.
+    let runs: Vec<(usize, &[Event])> = chunks.iter().map(|c| (c.owner, c.events(gen))).collect();
+    let syscalls = SyscallIndex::new(&runs);
+
+    // Replay each thread's events in order into slices and instants. The
+    // open slice keeps its start in ticks for `SyscallIndex`.
     let mut evs: Vec<Out> = Vec::new();
-    let mut open: Option<(usize, Out)> = None;
-    let close = |open: &mut Option<(usize, Out)>, evs: &mut Vec<Out>, end: i64| {
-        if let Some((_, mut s)) = open.take() {
+    let mut open: Option<(usize, Out, u64)> = None;
+    let close = |open: &mut Option<(usize, Out, u64)>, evs: &mut Vec<Out>, end: i64| {
+        if let Some((_, mut s, _)) = open.take() {
             s.dur = (end - s.ts).max(0);
             evs.push(s);
         }
     };
     let end = ns(tk1);
-    for c in &chunks {
-        if open.as_ref().is_some_and(|(o, _)| *o != c.owner) {
+    for &(owner, run) in &runs {
+        if open.as_ref().is_some_and(|(o, _, _)| *o != owner) {
             close(&mut open, &mut evs, end);
         }
-        for e in c.events(gen) {
+        for e in run {
             let ts = ns(e.ts);
             let o = Out {
                 ts,
@@ -747,11 +999,33 @@ fn stop_inner(sample: bool) -> io::Result<()> {
             match o.kind {
                 Kind::Begin => {
                     close(&mut open, &mut evs, ts);
-                    open = Some((c.owner, o));
+                    open = Some((owner, o, e.ts));
                 }
                 Kind::End => close(&mut open, &mut evs, ts),
                 Kind::Park | Kind::PreemptCoop | Kind::PreemptAsync => {
                     close(&mut open, &mut evs, ts);
+                    evs.push(o);
+                }
+                Kind::SyscallExit | Kind::SyscallExitLost => {
+                    // The slice ends where the goroutine lost its P, if it
+                    // did: the exit says so, or (a loss the exit could not
+                    // see) the P was handed off or began another slice
+                    // while the goroutine was in the call.
+                    let cut = open
+                        .as_ref()
+                        .and_then(|(_, s, t0)| syscalls.lost_at(owner, s.p, *t0, e.ts));
+                    let lost = o.kind == Kind::SyscallExitLost || cut.is_some();
+                    if lost {
+                        let cut = cut.map_or(ts, ns);
+                        close(&mut open, &mut evs, cut);
+                        if o.p >= 0 {
+                            let s = Out {
+                                kind: Kind::Begin,
+                                ..o
+                            };
+                            open = Some((owner, s, e.ts));
+                        }
+                    }
                     evs.push(o);
                 }
                 _ => evs.push(o),
@@ -846,7 +1120,7 @@ fn write_file(path: &Path, events: &[Out]) -> io::Result<()> {
             Kind::PreemptCoop => inst!("preempt", r#""goid":{g},"kind":"coop""#)?,
             Kind::PreemptAsync => inst!("preempt", r#""goid":{g},"kind":"async""#)?,
             Kind::SyscallEnter => inst!("syscall enter", r#""goid":{g}"#)?,
-            Kind::SyscallExit => inst!("syscall exit", r#""goid":{g}"#)?,
+            Kind::SyscallExit | Kind::SyscallExitLost => inst!("syscall exit", r#""goid":{g}"#)?,
             Kind::SyscallHandoff => inst!("syscall handoff", r#""p":{g}"#)?,
             Kind::Steal => inst!("steal", r#""victim":{g}"#)?,
             Kind::Counters => write!(

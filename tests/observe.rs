@@ -41,6 +41,8 @@ const TESTS: &[Test] = &[
     ("sigquit_dump", sigquit_dump),
     ("trace_file", trace_file),
     ("trace_env", trace_env),
+    ("trace_syscall_handoff", trace_syscall_handoff),
+    ("trace_stale_generation_emit", trace_stale_generation_emit),
     (
         "trace_env_unwritable_is_reported",
         trace_env_unwritable_is_reported,
@@ -187,6 +189,7 @@ fn child(name: &str) {
         "blocking" => child_blocking(),
         "run_from_plain" => child_run_from_plain(),
         "trace_env" => child_trace_env(),
+        "trace_syscall_handoff" => child_trace_syscall_handoff(),
         "dump_races_exits" => child_dump_races_exits(),
         _ => panic!("unknown child {name}"),
     }
@@ -976,11 +979,6 @@ fn check_trace(path: &std::path::Path, ids: &[u64]) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let evs = doc["traceEvents"].as_array().unwrap().clone();
-    let named: Vec<i64> = evs
-        .iter()
-        .filter(|e| e["ph"] == "M")
-        .map(|e| e["tid"].as_i64().unwrap())
-        .collect();
     for &id in ids {
         let g = format!("G{id}");
         assert!(
@@ -1033,16 +1031,28 @@ fn check_trace(path: &std::path::Path, ids: &[u64]) -> Vec<serde_json::Value> {
         }
         assert!(!parked, "G{id}'s last park has no unpark");
     }
-    // Every event's track is named, and slices on one P never overlap.
-    let mut by_p: std::collections::BTreeMap<i64, Vec<(f64, f64)>> = Default::default();
-    for e in &evs {
+    assert_tracks_named_no_overlap(&evs);
+    evs
+}
+
+/// Every event's track is named, and slices on one P never overlap.
+fn assert_tracks_named_no_overlap(evs: &[serde_json::Value]) {
+    let named: Vec<i64> = evs
+        .iter()
+        .filter(|e| e["ph"] == "M")
+        .map(|e| e["tid"].as_i64().unwrap())
+        .collect();
+    let mut by_p: std::collections::BTreeMap<i64, Vec<(f64, f64, String)>> = Default::default();
+    for e in evs {
         let tid = e["tid"].as_i64().unwrap();
         assert!(named.contains(&tid), "unnamed track {tid}");
         if e["ph"] == "X" {
             assert!(tid >= 0);
-            by_p.entry(tid)
-                .or_default()
-                .push((e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap()));
+            by_p.entry(tid).or_default().push((
+                e["ts"].as_f64().unwrap(),
+                e["dur"].as_f64().unwrap(),
+                e["name"].as_str().unwrap().to_string(),
+            ));
         }
     }
     for (p, mut v) in by_p {
@@ -1052,7 +1062,6 @@ fn check_trace(path: &std::path::Path, ids: &[u64]) -> Vec<serde_json::Value> {
             assert!(w[1].0 + 0.001 >= w[0].0 + w[0].1, "overlap on P{p}: {w:?}");
         }
     }
-    evs
 }
 
 fn trace_file() {
@@ -1159,6 +1168,174 @@ fn trace_env_unwritable_on_deadlock_is_reported() {
     );
     let said = "goro: GORO_TRACE=/dev/full: cannot write the trace file: ";
     assert!(o.stderr.contains(said), "no {said:?} in {:?}", o.stderr);
+}
+
+/// A goroutine whose P is handed off while it is in a system call: its
+/// slice on that P ends at the hand-off, and the goroutines that run on
+/// the P meanwhile get their own slices, which never overlap it (h31
+/// found the blocked goroutine's slice left open on the P until the call
+/// returned, with the other goroutines' slices inside it). One P, in a
+/// child; every hand-off is forced by the workload, not by timing: the
+/// blocked goroutine waits until another goroutine has run on its P.
+fn trace_syscall_handoff() {
+    let path = trace_path("handoff");
+    let o = spawn_child(
+        "trace_syscall_handoff",
+        &[("GORO_TEST_TRACE", path.to_str().unwrap())],
+        None,
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let line = o.stdout.lines().find(|l| l.starts_with("ids ")).unwrap();
+    let ids: Vec<u64> = line[4..].split(' ').map(|x| x.parse().unwrap()).collect();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap();
+    assert_tracks_named_no_overlap(evs);
+    // Each phase handed the P off at least once, and its blocked goroutine
+    // (ids[0], the main goroutine) was seen leaving the call.
+    let handoffs = evs
+        .iter()
+        .filter(|e| e["name"] == "syscall handoff")
+        .count();
+    assert!(handoffs >= 3, "{handoffs} hand-offs\n{text}");
+    let exits = evs
+        .iter()
+        .filter(|e| e["name"] == "syscall exit" && e["args"]["goid"] == ids[0])
+        .count();
+    assert!(exits >= 4, "{exits} syscall exits of G{}", ids[0]);
+    // Every goroutine that ran has slices, the blocked one several (one
+    // before each call at least).
+    for id in &ids {
+        let g = format!("G{id}");
+        assert!(
+            evs.iter()
+                .any(|e| e["ph"] == "X" && e["name"] == g.as_str()),
+            "no slice for {g}"
+        );
+    }
+}
+
+/// Set by trace_syscall_handoff's main goroutine once back from its last
+/// call (Release: the runner's Acquire load then sees it returned).
+static MAIN_BACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn child_trace_syscall_handoff() {
+    use std::sync::mpsc;
+    goro::start(goro::Config::from_env().max_procs(1)).unwrap();
+    let path = std::env::var("GORO_TEST_TRACE").unwrap();
+    let ids = goro::run(move || {
+        goro::trace::start(&path).unwrap();
+        let me = goro::current_id().unwrap();
+        let mut ids = vec![me];
+        // A goroutine that runs (yielding: one slice per turn) `n` turns,
+        // then wakes the main goroutine's thread. It can run only once
+        // the main goroutine's P was handed off: one P.
+        let runner = |n: u32, tx: mpsc::Sender<()>, in_call: bool| {
+            goro::spawn(move || {
+                for _ in 0..n {
+                    goro::yield_now();
+                }
+                if in_call {
+                    // Wake the main goroutine from inside a call of our
+                    // own and stay in it until main has returned from
+                    // its call: main's exit takes the P from this call
+                    // (the P it lost, now in another goroutine's
+                    // syscall), so this goroutine loses it in turn.
+                    goro::blocking(|| {
+                        tx.send(()).unwrap();
+                        let t = std::time::Instant::now();
+                        // Bounded: sysmon may retake the P first.
+                        while !MAIN_BACK.load(Ordering::Acquire)
+                            && t.elapsed() < Duration::from_secs(1)
+                        {
+                            std::hint::spin_loop();
+                        }
+                    });
+                } else {
+                    tx.send(()).unwrap();
+                }
+                goro::current_id().unwrap()
+            })
+        };
+        // Each phase: a yield first, so that main's slice begins inside
+        // the trace.
+        // 1. enter_syscall_block: the P is handed off at once.
+        goro::yield_now();
+        let (tx, rx) = mpsc::channel();
+        let h = runner(20, tx, false);
+        let g = goro::enter_syscall_block();
+        rx.recv().unwrap();
+        goro::exit_syscall(g);
+        ids.push(h.join().unwrap());
+        // 2. A guarded call that blocks: sysmon hands the P off.
+        goro::yield_now();
+        let (tx, rx) = mpsc::channel();
+        let h = runner(20, tx, false);
+        goro::blocking(|| rx.recv().unwrap());
+        ids.push(h.join().unwrap());
+        // 3. An unguarded one: blocking detection detaches the P.
+        goro::yield_now();
+        let (tx, rx) = mpsc::channel();
+        let h = runner(20, tx, false);
+        rx.recv().unwrap();
+        ids.push(h.join().unwrap());
+        // 4. A guarded call that returns while its P, handed off, is in
+        // another goroutine's call.
+        goro::yield_now();
+        let (tx, rx) = mpsc::channel();
+        let h = runner(20, tx, true);
+        goro::blocking(|| rx.recv().unwrap());
+        MAIN_BACK.store(true, Ordering::Release);
+        ids.push(h.join().unwrap());
+        goro::trace::stop().unwrap();
+        ids
+    });
+    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+    println!("ids {}", ids.join(" "));
+}
+
+/// An event recorded with the previous trace's generation on a thread
+/// whose chunk already holds the running trace's events — what an `emit`
+/// that read the generation before a `stop` sees when its goroutine moved
+/// to another thread and recorded after the next `start` (h34, found by
+/// reading: `trace::start`'s own counter sample ran outside a critical
+/// section). The event is dropped; the running trace keeps the thread's
+/// events (before: the chunk was reset as stale and they were lost).
+fn trace_stale_generation_emit() {
+    let (first, path) = (trace_path("gen1"), trace_path("gen2"));
+    let p = path.clone();
+    let ids = common::run(move || {
+        goro::trace::start(&first).unwrap();
+        goro::trace::stop().unwrap();
+        let _ = std::fs::remove_file(&first);
+        goro::trace::start(&p).unwrap();
+        // A plain thread: its events go to its own chunk, and nothing
+        // else writes there.
+        let t = std::thread::spawn(|| {
+            let hs: Vec<_> = (0..3).map(|_| goro::spawn(|| ())).collect();
+            let ids: Vec<u64> = hs.iter().map(|h| h.id()).collect();
+            assert!(goro::trace::__emit_stale_generation());
+            for h in hs {
+                h.join().unwrap();
+            }
+            ids
+        });
+        let ids = goro::blocking(|| t.join().unwrap());
+        goro::trace::stop().unwrap();
+        ids
+    });
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap();
+    for id in ids {
+        assert!(
+            evs.iter()
+                .any(|e| e["name"] == "spawn" && e["args"]["goid"] == id),
+            "no spawn of G{id}: the plain thread's events were lost"
+        );
+    }
 }
 
 /// GORO_TRACE=path: traced from runtime start, written at exit.
