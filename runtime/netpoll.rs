@@ -303,7 +303,8 @@ pub(crate) struct PollDesc {
 const _: () = assert!(core::mem::size_of::<PollDesc>() == 64);
 
 /// Free descriptors (Go's pollcache).
-static POLL_CACHE: parking_lot::Mutex<Vec<&'static PollDesc>> = parking_lot::Mutex::new(Vec::new());
+static POLL_CACHE: crate::lock_futex::RtMutex<Vec<&'static PollDesc>> =
+    crate::lock_futex::RtMutex::new(Vec::new());
 
 impl PollDesc {
     /// Registers `fd` (already non-blocking) with epoll, edge-triggered for
@@ -610,7 +611,7 @@ struct DeadlineTimer {
     /// under `st`; read racily (Relaxed) by the heap purge, for which an
     /// entry that is not the carrier stays stale: generations only grow.
     carrier: AtomicU64,
-    st: parking_lot::Mutex<DeadlineState>,
+    st: crate::lock_futex::RtMutex<DeadlineState>,
 }
 
 /// `DeadlineTimer::carrier` when no entry acts for the direction.
@@ -661,7 +662,7 @@ impl DeadlineTimer {
     fn new() -> DeadlineTimer {
         DeadlineTimer {
             carrier: AtomicU64::new(NO_CARRIER),
-            st: parking_lot::Mutex::new(DeadlineState {
+            st: crate::lock_futex::RtMutex::new(DeadlineState {
                 seq: 0,
                 due: 0,
                 queued: NOT_QUEUED,

@@ -58,11 +58,11 @@
 // they hold (`M::trace`), the others the global; `schedule` itself has no
 // hook (the paths into it that did not park or preempt end the slice).
 
+use crate::lock_futex::RtMutex as Mutex;
 use crate::waitreason::WaitReason;
 use core::cell::Cell;
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
