@@ -84,10 +84,12 @@ static ALLOC: Reentrancy = Reentrancy;
 
 /// Hogs that allocate and free in a loop at GOMAXPROCS=1 with 100 µs slices
 /// are preempted inside the allocator, each on its own pinned M; the Ms
-/// behind them are created while those calls are unfinished. Before: the
+/// behind them are created while those calls are unfinished; a trace
+/// started meanwhile records their first events there. Before: the
 /// preempted thread's g0 allocated the new M (`newm` on a pinned M) and
 /// parking_lot's thread data (at its first contended runtime lock): 38-46
 /// re-entries per run, 10 runs in 10; 2 runs in 20 with the first fixed.
+/// Tracing allocated its thread buffers and chunks there too.
 #[test]
 fn scheduler_does_not_reenter_the_allocator_of_a_preempted_goroutine() {
     let _w = common::watchdog();
@@ -112,6 +114,15 @@ fn scheduler_does_not_reenter_the_allocator_of_a_preempted_goroutine() {
                 })
             })
             .collect();
+        // Tracing from the middle of the run: the first events of the
+        // threads already running hogs (their buffers and chunks) are
+        // recorded on the preemption's path.
+        while goro::stats().preemptions_async - start < hogs as u64 {
+            goro::yield_now();
+        }
+        let trace =
+            std::env::temp_dir().join(format!("goro-preempt-alloc-{}.json", std::process::id()));
+        goro::trace::start(&trace).unwrap();
         // Until every hog has been preempted onto a thread of its own (the
         // Ms are created meanwhile) and then some.
         loop {
@@ -126,6 +137,8 @@ fn scheduler_does_not_reenter_the_allocator_of_a_preempted_goroutine() {
             h.join().unwrap();
         }
         WIDEN.store(false, Relaxed);
+        goro::trace::stop().unwrap();
+        let _ = std::fs::remove_file(&trace);
         let s = goro::stats();
         assert!(s.preemptions_async - start >= 4 * hogs as u64);
         assert_eq!(
