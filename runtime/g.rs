@@ -63,10 +63,11 @@ impl GStatus {
 /// on g0 (goexit0) and in runtime critical sections, with no other lock
 /// taken inside. Unnamed goroutines never take it. Go's goroutines have
 /// no names (its tracebacks read only immutable G fields).
-pub(crate) static NAMES: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+pub(crate) static NAMES: crate::lock_futex::RtMutex<()> = crate::lock_futex::RtMutex::new(());
 
 /// Every G ever allocated (Go's allgs), for GODEBUG=scheddetail.
-pub(crate) static ALLGS: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
+pub(crate) static ALLGS: crate::lock_futex::RtMutex<Vec<usize>> =
+    crate::lock_futex::RtMutex::new(Vec::new());
 
 /// Why the runtime tied a G to its M (`G::pinned`, preempt.rs).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -482,7 +482,7 @@ impl From<std::io::Error> for Error {
 /// The config the runtime runs with: None until a start succeeds (a start
 /// that failed, threads or fds exhausted, may be retried with any config).
 /// Its lock serialises starts.
-static CONFIG: parking_lot::Mutex<Option<Config>> = parking_lot::Mutex::new(None);
+static CONFIG: crate::lock_futex::RtMutex<Option<Config>> = crate::lock_futex::RtMutex::new(None);
 
 /// [`Config::sysmon_rescue`], read by sysmon. Written once before sysmon
 /// starts (thread creation orders it), so Relaxed.

@@ -117,6 +117,58 @@ impl Mutex {
     }
 }
 
+/// A mutex holding a value, on this lock: every lock of the runtime's
+/// (the scheduler's, the timers', the stacks' and the semaphores'). Not
+/// parking_lot's: its parking state is shared with the program's own
+/// parking_lot locks, a global table of bucket locks and a per-thread
+/// `ThreadData`, and a goroutine preempted asynchronously inside
+/// parking_lot (pinned, at any instruction) may hold a bucket lock or be
+/// half-way through its thread's `ThreadData`. The runtime, parking on g0
+/// of that very thread (a contended `sched.lock` in the preemption's own
+/// hand-off) or on the M that must hand the preempted goroutine a P back,
+/// then waited for ever or reused the interrupted park's state, and a
+/// thread's first park allocated that state (re-entering an allocator the
+/// goroutine was preempted in). This lock has no state but its word.
+pub(crate) type RtMutex<T> = lock_api::Mutex<Mutex, T>;
+/// The guard of an [`RtMutex`].
+pub(crate) type RtMutexGuard<'a, T> = lock_api::MutexGuard<'a, Mutex, T>;
+
+// SAFETY: `lock` returns only once this caller alone holds the lock (the
+// protocol above: every taking RMW is an Acquire from UNLOCKED), `try_lock`
+// takes it only by the same CAS from UNLOCKED, and `unlock`'s caller holds
+// it (lock_api's contract). The guard is not Send, as parking_lot's.
+unsafe impl lock_api::RawMutex for Mutex {
+    #[allow(clippy::declare_interior_mutable_const)] // lock_api's INIT idiom
+    const INIT: Mutex = Mutex::new();
+    type GuardMarker = lock_api::GuardNoSend;
+
+    #[inline]
+    fn lock(&self) {
+        Mutex::lock(self)
+    }
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        // Acquire on success, as `lock`; Relaxed on failure: nothing is
+        // read under a lock not taken.
+        self.key
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    #[inline]
+    unsafe fn unlock(&self) {
+        // SAFETY: lock_api's caller holds the lock.
+        unsafe { Mutex::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        // Relaxed: a snapshot, as parking_lot's.
+        self.key.load(Ordering::Relaxed) != UNLOCKED
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Mutex;

@@ -542,13 +542,13 @@ pub(crate) fn locks() -> i32 {
 /// statement is shaped (a guard temporary in a block's tail would outlive
 /// a separate `MLock` local).
 pub(crate) struct RtGuard<'a, T> {
-    guard: parking_lot::MutexGuard<'a, T>,
+    guard: crate::lock_futex::RtMutexGuard<'a, T>,
     _ml: MLock,
 }
 
 /// Enters a runtime critical section and takes `m` in it.
 #[inline]
-pub(crate) fn lock_rt<T>(m: &parking_lot::Mutex<T>) -> RtGuard<'_, T> {
+pub(crate) fn lock_rt<T>(m: &crate::lock_futex::RtMutex<T>) -> RtGuard<'_, T> {
     let ml = MLock::new();
     RtGuard {
         guard: m.lock(),

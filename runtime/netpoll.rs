@@ -304,7 +304,8 @@ pub(crate) struct PollDesc {
 const _: () = assert!(core::mem::size_of::<PollDesc>() == 64);
 
 /// Free descriptors (Go's pollcache).
-static POLL_CACHE: parking_lot::Mutex<Vec<&'static PollDesc>> = parking_lot::Mutex::new(Vec::new());
+static POLL_CACHE: crate::lock_futex::RtMutex<Vec<&'static PollDesc>> =
+    crate::lock_futex::RtMutex::new(Vec::new());
 
 impl PollDesc {
     /// Registers `fd` (already non-blocking) with epoll, edge-triggered for
@@ -605,7 +606,7 @@ pub(crate) struct Deadlines {
 /// misses now (`benches/misses.sh`, `netdl` against `net`).
 struct DeadlineTimer {
     carrier: Carrier,
-    st: parking_lot::Mutex<DeadlineState>,
+    st: crate::lock_futex::RtMutex<DeadlineState>,
 }
 
 struct DeadlineState {
@@ -631,7 +632,7 @@ impl DeadlineTimer {
     fn new() -> DeadlineTimer {
         DeadlineTimer {
             carrier: Carrier::new(),
-            st: parking_lot::Mutex::new(DeadlineState {
+            st: crate::lock_futex::RtMutex::new(DeadlineState {
                 seq: 0,
                 due: 0,
                 c: CarrierState::new(),

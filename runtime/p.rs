@@ -79,6 +79,12 @@ pub(crate) struct P {
     pub(crate) status: AtomicU32,
     /// Idle list link (under sched.lock).
     pub(crate) link: Cell<*mut P>,
+    /// While the P waits for the template thread to create an M for it
+    /// (sched.rs, `newm`): the next P in that list (under NEWM_HANDOFF's
+    /// lock) and whether the new M is to start spinning. The P belongs to
+    /// the pending request meanwhile; nothing else touches it.
+    pub(crate) newm_link: Cell<*mut P>,
+    pub(crate) newm_spinning: Cell<bool>,
     /// Incremented on every schedule call that does not inherit time.
     /// Owner-written; read racily by sysmon (a stale value only delays a
     /// preemption by a tick).
@@ -134,6 +140,8 @@ impl P {
             id,
             status: AtomicU32::new(PStatus::Dead as u32),
             link: Cell::new(ptr::null_mut()),
+            newm_link: Cell::new(ptr::null_mut()),
+            newm_spinning: Cell::new(false),
             schedtick: RelaxedU32::new(0),
             acquiretick: RelaxedU32::new(0),
             syscalltick: AtomicU32::new(0),

@@ -473,7 +473,7 @@ struct Depot {
 // SAFETY: the blocks are reachable only through PACKET_DEPOT's lock.
 unsafe impl Send for Depot {}
 
-static PACKET_DEPOT: parking_lot::Mutex<Depot> = parking_lot::Mutex::new(Depot {
+static PACKET_DEPOT: crate::lock_futex::RtMutex<Depot> = crate::lock_futex::RtMutex::new(Depot {
     head: ptr::null_mut(),
     n: 0,
 });

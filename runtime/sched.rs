@@ -48,6 +48,7 @@
 //! - run-queue puts: owner P only. Steals: any M holding a P.
 
 use crate::g::{GStatus, G};
+use crate::lock_futex::{RtMutex as Mutex, RtMutexGuard as MutexGuard};
 use crate::m::{getm, setm, Note, M, MAX_M};
 use crate::p::{self, PStatus, GOID_BATCH, P};
 use crate::runq::LOCAL_CAP;
@@ -57,7 +58,6 @@ use core::ptr;
 use core::sync::atomic::{
     fence, AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering,
 };
-use parking_lot::{Mutex, MutexGuard};
 
 /// Largest GOMAXPROCS accepted (Ps are preallocated slots in `ALLP`).
 pub const MAX_PROCS: usize = 1024;
@@ -481,6 +481,11 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         .stack_size
         .store(stack::round_size(cfg.stack_size), Ordering::Relaxed);
     netpoll::init().map_err(|e| context("cannot set up the netpoller (epoll)", e))?;
+    // The runtime's lock reads the CPU count on its first contention, and
+    // std's query allocates (it reads cgroup files): computed here, not on
+    // g0 of a thread whose goroutine was preempted inside the allocator
+    // (docs/PREEMPTION.md).
+    os::ncpu_cached();
     crate::preempt::init(cfg);
     crate::signal_unix::init(cfg.preempt || cfg.detect_blocking);
     // The steps that can fail (thread creation) come first, and every
@@ -812,33 +817,50 @@ fn newm(pp: *mut P, spinning: bool) {
             "thread exhaustion: program exceeds {MAX_M}-thread limit"
         ));
     }
-    let mp = allocm();
-    // SAFETY: fresh (or reinitialised) M, not yet shared.
-    unsafe {
-        (*mp).nextp.set(pp);
-        (*mp).spinning.set(spinning);
-    }
-    {
-        let mut all = ALLM.lock();
-        all.push(mp as usize);
-        // Under ALLM's lock: trace::start/stop set every M in ALLM after
-        // changing the global, so either they see this M or it sees them.
-        // SAFETY: not running yet.
-        unsafe { (*mp).trace.store(crate::trace::on(), Ordering::Relaxed) };
-    }
     if newm_needs_template() {
+        // The template thread allocates the M as well as its thread: this
+        // thread may be one whose goroutine was preempted asynchronously
+        // (pinned, hence locked) at any instruction, including inside the
+        // global allocator, whose thread-local state (mimalloc's heap, a
+        // counting wrapper's reentrancy flag) the interrupted call is still
+        // changing. M::new and the list pushes would re-enter it on this
+        // thread. The request is the P itself, linked through its own
+        // fields: queueing it allocates nothing.
+        // SAFETY: pp is non-null (startm's) and owned by this request
+        // until the new M acquires it: nothing else reads these fields.
+        let p = unsafe { &*pp };
+        p.newm_spinning.set(spinning);
         let mut h = NEWM_HANDOFF.lock();
         if !h.started {
             crate::throw::throw("newm: on a locked thread with no template thread");
         }
-        h.newm.push(mp as usize);
+        p.newm_link.set(h.pending as *mut P);
+        h.pending = pp as usize;
         if h.waiting {
             h.waiting = false;
             NEWM_WAKE.wakeup();
         }
         return;
     }
-    newm1(mp);
+    newm1(allocm_for(pp, spinning));
+}
+
+/// The M struct for a new thread that will run `pp` (with `spinning`),
+/// listed in ALLM. Allocates: only on a clean M or the template thread.
+fn allocm_for(pp: *mut P, spinning: bool) -> *mut M {
+    let mp = allocm();
+    // SAFETY: fresh (or reinitialised) M, not yet shared.
+    unsafe {
+        (*mp).nextp.set(pp);
+        (*mp).spinning.set(spinning);
+    }
+    let mut all = ALLM.lock();
+    all.push(mp as usize);
+    // Under ALLM's lock: trace::start/stop set every M in ALLM after
+    // changing the global, so either they see this M or it sees them.
+    // SAFETY: not running yet.
+    unsafe { (*mp).trace.store(crate::trace::on(), Ordering::Relaxed) };
+    mp
 }
 
 /// Go's newm1: start the OS thread of `mp`. Any thread whose state new
@@ -1319,10 +1341,14 @@ fn mexit(m: &M) -> ! {
 // act, where allocm reuses it. Locks: NEWM_HANDOFF, FREEM and ALLM are
 // leaves (nothing else is taken while one is held).
 
-/// Go's newmHandoff: Ms waiting for the template thread to start them.
+/// Go's newmHandoff: Ps waiting for the template thread to create an M
+/// (struct and thread) for them.
 struct NewmHandoff {
-    /// Ms (as addresses) whose threads are still to be created.
-    newm: Vec<usize>,
+    /// The first P (as an address; 0: none) of the list linked through
+    /// `P::newm_link`. Not a vector of Ms as in Go: a locked M, which
+    /// queues here, may be one whose goroutine was preempted inside the
+    /// global allocator (`newm`), so queueing must not allocate.
+    pending: usize,
     /// The template thread sleeps on NEWM_WAKE (only then is it woken, so
     /// the note sees at most one wakeup per sleep).
     waiting: bool,
@@ -1331,7 +1357,7 @@ struct NewmHandoff {
 }
 
 static NEWM_HANDOFF: Mutex<NewmHandoff> = Mutex::new(NewmHandoff {
-    newm: Vec::new(),
+    pending: 0,
     waiting: false,
     started: false,
 });
@@ -1360,27 +1386,32 @@ fn start_template_thread() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Go's templateThread: create the threads of queued Ms, sleep when there
-/// are none. Never returns; runs without an M or P.
+/// Go's templateThread: create the Ms of queued Ps, sleep when there are
+/// none. Never returns; runs without an M or P.
 fn template_thread() -> ! {
     loop {
-        let batch = {
+        let head = {
             let mut h = NEWM_HANDOFF.lock();
-            if h.newm.is_empty() {
+            if h.pending == 0 {
                 h.waiting = true;
                 NEWM_WAKE.clear();
-                None
-            } else {
-                Some(core::mem::take(&mut h.newm))
             }
+            core::mem::replace(&mut h.pending, 0) as *mut P
         };
-        match batch {
-            Some(list) => {
-                for mp in list {
-                    newm1(mp as *mut M);
-                }
-            }
-            None => NEWM_WAKE.sleep(),
+        if head.is_null() {
+            NEWM_WAKE.sleep();
+            continue;
+        }
+        let mut pp = head;
+        while !pp.is_null() {
+            // SAFETY: a P queued by newm, owned by its request; we took
+            // the whole list, so its fields are ours until the new M
+            // acquires the P (after newm1, which starts that M).
+            let (next, spinning) = unsafe { ((*pp).newm_link.get(), (*pp).newm_spinning.get()) };
+            // SAFETY: as above.
+            unsafe { (*pp).newm_link.set(ptr::null_mut()) };
+            newm1(allocm_for(pp, spinning));
+            pp = next;
         }
     }
 }

@@ -32,7 +32,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use crate::lock_futex::RtMutex as Mutex;
 
 use crate::proc::{spawn_with, Builder, JoinHandle};
 use crate::sync::WaitGroup;

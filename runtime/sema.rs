@@ -68,7 +68,6 @@ use core::cell::UnsafeCell;
 use core::ptr;
 use core::sync::atomic::{AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
-use parking_lot::lock_api::RawMutex as _;
 
 /// Number of roots in the table: a prime, so addresses with a common stride
 /// spread over all roots (Go's semTabSize).
@@ -121,7 +120,7 @@ struct SemaWaiter {
 struct SemaRoot {
     /// Guards `treap` and every queued waiter's links. A raw lock so that
     /// gopark's unlock function can release it on g0.
-    lock: parking_lot::RawMutex,
+    lock: crate::lock_futex::Mutex,
     /// Root of the treap of waiters with distinct addresses.
     treap: UnsafeCell<*mut SemaWaiter>,
     /// Number of queued waiters. Changed under `lock`; read without it by
@@ -134,7 +133,7 @@ unsafe impl Sync for SemaRoot {}
 
 static SEMTABLE: [CachePadded<SemaRoot>; SEM_TAB_SIZE] = [const {
     CachePadded::new(SemaRoot {
-        lock: parking_lot::RawMutex::INIT,
+        lock: crate::lock_futex::Mutex::new(),
         treap: UnsafeCell::new(ptr::null_mut()),
         nwait: AtomicU32::new(0),
     })
@@ -583,7 +582,7 @@ pub(crate) struct NotifyList {
     /// SeqCst (see above).
     notify: AtomicU32,
     /// Guards the list.
-    lock: parking_lot::RawMutex,
+    lock: crate::lock_futex::Mutex,
     list: UnsafeCell<(*mut NotifyWaiter, *mut NotifyWaiter)>,
 }
 
@@ -613,7 +612,7 @@ impl NotifyList {
         NotifyList {
             wait: AtomicU32::new(0),
             notify: AtomicU32::new(0),
-            lock: parking_lot::RawMutex::INIT,
+            lock: crate::lock_futex::Mutex::new(),
             list: UnsafeCell::new((ptr::null_mut(), ptr::null_mut())),
         }
     }

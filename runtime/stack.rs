@@ -39,9 +39,9 @@
 //! cache below when their G dies (one `MADV_DONTNEED` and one lock each, see
 //! [`free`]) and are taken from it again at the next spawn.
 
+use crate::lock_futex::RtMutex as Mutex;
 use crate::os;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use parking_lot::Mutex;
 
 /// Stacks per arena mapping.
 pub(crate) const ARENA_STACKS: usize = 256;

@@ -28,8 +28,8 @@
 
 use crate::chan::Hchan;
 use crate::g::G;
+use crate::lock_futex::RtMutex as Mutex;
 use core::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -83,11 +83,11 @@
 // they hold (`M::trace`), the others the global; `schedule` itself has no
 // hook (the paths into it that did not park or preempt end the slice).
 
+use crate::lock_futex::RtMutex as Mutex;
 use crate::waitreason::WaitReason;
 use core::cell::Cell;
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use parking_lot::Mutex;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -106,10 +106,91 @@ static USE_TSC: AtomicBool = AtomicBool::new(false);
 static T0: Mutex<(i64, u64)> = Mutex::new((0, 0));
 /// The output path while tracing (start/stop serialise on it).
 static OUT: Mutex<Option<PathBuf>> = Mutex::new(None);
-/// Every registered thread's buffer.
-static BUFS: Mutex<Vec<BufPtr>> = Mutex::new(Vec::new());
-/// Full chunks, handed over by their owners; freed by `stop`.
-static FULL: Mutex<Vec<ChunkPtr>> = Mutex::new(Vec::new());
+/// Every registered thread's buffer: the head of the list linked through
+/// `ThreadBuf::next`.
+static BUFS: Mutex<BufPtr> = Mutex::new(BufPtr(ptr::null()));
+/// Full chunks, handed over by their owners and freed by `stop`: the head
+/// of the list linked through `Chunk::next`.
+static FULL: Mutex<ChunkPtr> = Mutex::new(ChunkPtr(ptr::null_mut()));
+
+// Recording never uses the global allocator: buffers, chunks and the lists
+// above come from the OS, and the lists are linked through their members.
+// Events are recorded on g0 of a thread whose goroutine was preempted
+// asynchronously, possibly inside the global allocator (a Rust allocator
+// is code of the executable): allocating there would re-enter it while the
+// interrupted call has its per-thread state half-updated (docs/
+// PREEMPTION.md; test preempt_alloc).
+
+/// `len` bytes aligned to `align` (a power of two, at least a page) from
+/// the OS, zeroed; null if the OS refuses.
+fn os_alloc(len: usize, align: usize) -> *mut u8 {
+    let total = len + align;
+    // SAFETY: a fresh private anonymous mapping; nothing else is touched.
+    let base = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            total,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return ptr::null_mut();
+    }
+    let base = base as usize;
+    let start = (base + align - 1) & !(align - 1);
+    // SAFETY: the head [base, start) and the tail past start + len are
+    // parts of our own mapping that nothing uses (page-aligned: align and
+    // len are multiples of the page size).
+    unsafe {
+        if start > base {
+            libc::munmap(base as *mut libc::c_void, start - base);
+        }
+        let end = start + len;
+        if base + total > end {
+            libc::munmap(end as *mut libc::c_void, base + total - end);
+        }
+    }
+    start as *mut u8
+}
+
+/// Returns memory from [`os_alloc`].
+///
+/// # Safety
+/// `p` came from `os_alloc(len, _)` and nothing uses it any more.
+unsafe fn os_free(p: *mut u8, len: usize) {
+    // SAFETY: per the contract.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
+/// A page-aligned, page-rounded home for a `T` from [`os_alloc`], holding
+/// `v`; null if the OS refuses.
+fn os_box<T>(v: T) -> *mut T {
+    let page = crate::os::page_size();
+    let len = (core::mem::size_of::<T>() + page - 1) & !(page - 1);
+    let p = os_alloc(len, page).cast::<T>();
+    if !p.is_null() {
+        // SAFETY: fresh memory, large and aligned enough for a T.
+        unsafe { p.write(v) };
+    }
+    p
+}
+
+/// Drops and unmaps a value from [`os_box`].
+///
+/// # Safety
+/// `p` came from `os_box` and nothing uses it any more.
+unsafe fn os_unbox<T>(p: *mut T) {
+    let page = crate::os::page_size();
+    let len = (core::mem::size_of::<T>() + page - 1) & !(page - 1);
+    // SAFETY: per the contract.
+    unsafe {
+        p.drop_in_place();
+        os_free(p.cast(), len);
+    }
+}
 
 /// Bytes per chunk: 2 MiB, aligned and `MADV_HUGEPAGE`, so that writing
 /// it costs one page fault where transparent huge pages are on (4 KiB
@@ -224,32 +305,34 @@ struct Chunk {
     seq: u64,
     /// `CHUNK_EVENTS` slots, initialised below `len`.
     ev: *mut Event,
+    /// The next chunk in `FULL` (under its lock).
+    next: Cell<*mut Chunk>,
 }
 
 impl Chunk {
-    const LAYOUT: std::alloc::Layout =
-        match std::alloc::Layout::from_size_align(CHUNK_BYTES, CHUNK_BYTES) {
-            Ok(l) => l,
-            Err(_) => panic!("chunk layout"),
-        };
-
     /// A new chunk, or null if memory is exhausted (the event is dropped).
+    /// From the OS, not the global allocator (`os_alloc`).
     fn alloc(owner: usize, seq: u64, gen: u64) -> *mut Chunk {
-        // SAFETY: LAYOUT has a non-zero size.
-        let ev = unsafe { std::alloc::alloc(Self::LAYOUT) };
+        let ev = os_alloc(CHUNK_BYTES, CHUNK_BYTES);
         if ev.is_null() {
             return ptr::null_mut();
         }
         // SAFETY: ev..ev+CHUNK_BYTES is ours and 2 MiB aligned; the advice
         // only changes how it is backed (failure is harmless).
         unsafe { libc::madvise(ev.cast(), CHUNK_BYTES, libc::MADV_HUGEPAGE) };
-        Box::into_raw(Box::new(Chunk {
+        let c = os_box(Chunk {
             gen: AtomicU64::new(gen),
             len: AtomicUsize::new(0),
             owner,
             seq,
             ev: ev.cast(),
-        }))
+            next: Cell::new(ptr::null_mut()),
+        });
+        if c.is_null() {
+            // SAFETY: ev came from os_alloc above and is not used.
+            unsafe { os_free(ev, CHUNK_BYTES) };
+        }
+        c
     }
 
     /// The events of generation `gen` written so far (empty for another
@@ -268,10 +351,10 @@ impl Chunk {
     /// # Safety
     /// `c` came from [`Chunk::alloc`] and no thread uses it any more.
     unsafe fn free(c: *mut Chunk) {
-        // SAFETY: per the contract; `ev` came from `alloc` with LAYOUT.
+        // SAFETY: per the contract; `ev` and `c` came from `alloc`.
         unsafe {
-            let c = Box::from_raw(c);
-            std::alloc::dealloc(c.ev.cast(), Self::LAYOUT);
+            os_free((*c).ev.cast(), CHUNK_BYTES);
+            os_unbox(c);
         }
     }
 }
@@ -296,14 +379,20 @@ struct ThreadBuf {
     /// Set (Release) by the owner's thread-exit destructor; `stop` (Acquire)
     /// may then free the buffer and its chunk.
     dead: AtomicBool,
+    /// The next buffer in `BUFS` (under its lock).
+    next: Cell<*const ThreadBuf>,
 }
 
+/// The head of `BUFS`.
 struct BufPtr(*const ThreadBuf);
-// SAFETY: the pointee's owner-only Cells are touched only by the owner;
-// other threads use its atomics (see ThreadBuf).
+// SAFETY: the buffers' owner-only Cells are touched only by their owners,
+// `next` only under BUFS's lock; other threads use their atomics (see
+// ThreadBuf).
 unsafe impl Send for BufPtr {}
+/// The head of `FULL`.
 struct ChunkPtr(*mut Chunk);
-// SAFETY: a full chunk is no longer written; only `stop` reads and frees it.
+// SAFETY: a full chunk is no longer written but for `next`, under FULL's
+// lock; only `stop` reads and frees it.
 unsafe impl Send for ChunkPtr {}
 
 /// `TBUF` of a thread whose destructor ran: record nothing.
@@ -487,7 +576,11 @@ fn emit_slow(tb: &ThreadBuf, gen: u64, ev: Event) {
         c
     } else {
         if !c.is_null() {
-            FULL.lock().push(ChunkPtr(c));
+            let mut full = FULL.lock();
+            // SAFETY: our full chunk, handed over here: its `next` is
+            // written only under FULL's lock from now on.
+            unsafe { (*c).next.set(full.0) };
+            full.0 = c;
         }
         let seq = tb.nseq.get();
         tb.nseq.set(seq + 1);
@@ -513,9 +606,8 @@ fn register() -> *const ThreadBuf {
         TBUF.with(|c| c.set(DEAD));
         return DEAD;
     }
-    let mut bufs = BUFS.lock();
     static NEXT_IDX: AtomicUsize = AtomicUsize::new(0);
-    let tb = Box::into_raw(Box::new(ThreadBuf {
+    let tb = os_box(ThreadBuf {
         // Relaxed: a unique number is all that is needed.
         idx: NEXT_IDX.fetch_add(1, Ordering::Relaxed),
         cur: AtomicPtr::new(ptr::null_mut()),
@@ -523,8 +615,19 @@ fn register() -> *const ThreadBuf {
         open: Cell::new(false),
         sys: Cell::new((0, 0, 0)),
         dead: AtomicBool::new(false),
-    }));
-    bufs.push(BufPtr(tb));
+        next: Cell::new(ptr::null()),
+    });
+    if tb.is_null() {
+        // No memory from the OS: this thread records nothing.
+        TBUF.with(|c| c.set(DEAD));
+        return DEAD;
+    }
+    {
+        let mut bufs = BUFS.lock();
+        // SAFETY: our fresh buffer; `next` is written under BUFS's lock.
+        unsafe { (*tb).next.set(bufs.0) };
+        bufs.0 = tb;
+    }
     TBUF.with(|c| c.set(tb));
     tb
 }
@@ -940,24 +1043,48 @@ fn stop_inner(sample: bool) -> io::Result<()> {
     // handed to FULL meanwhile: read each once.
     let mut read: Vec<*mut Chunk> = Vec::new();
     let mut owned: Vec<*mut Chunk> = Vec::new();
-    BUFS.lock().retain(|b| {
-        // SAFETY: registered buffers are freed only here, once dead.
-        let tb = unsafe { &*b.0 };
-        let dead = tb.dead.load(Ordering::Acquire);
-        let c = tb.cur.load(Ordering::Acquire);
-        if !c.is_null() {
-            read.push(c);
-            if dead {
-                owned.push(c);
+    {
+        let mut bufs = BUFS.lock();
+        // The link to the buffer at hand: the list's head, then the
+        // previous live buffer's `next`.
+        let mut prev: Option<&ThreadBuf> = None;
+        let mut b = bufs.0;
+        while !b.is_null() {
+            // SAFETY: registered buffers are freed only here, once dead,
+            // under BUFS's lock.
+            let tb = unsafe { &*b };
+            let next = tb.next.get();
+            let dead = tb.dead.load(Ordering::Acquire);
+            let c = tb.cur.load(Ordering::Acquire);
+            if !c.is_null() {
+                read.push(c);
+                if dead {
+                    owned.push(c);
+                }
             }
+            if dead {
+                match prev {
+                    Some(p) => p.next.set(next),
+                    None => bufs.0 = next,
+                }
+                // SAFETY: its thread is gone and it is unlinked: nothing
+                // else references it.
+                unsafe { os_unbox(b.cast_mut()) };
+            } else {
+                prev = Some(tb);
+            }
+            b = next;
         }
-        if dead {
-            // SAFETY: its thread is gone: nothing else references it.
-            drop(unsafe { Box::from_raw(b.0.cast_mut()) });
+    }
+    {
+        let mut full = FULL.lock();
+        let mut c = core::mem::replace(&mut full.0, ptr::null_mut());
+        while !c.is_null() {
+            owned.push(c);
+            // SAFETY: a full chunk, ours now; freed only below.
+            c = unsafe { (*c).next.get() };
         }
-        !dead
-    });
-    owned.extend(FULL.lock().drain(..).map(|c| c.0));
+    }
     owned.sort_unstable();
     owned.dedup();
     read.extend(owned.iter().copied());

@@ -63,7 +63,6 @@ use core::cell::UnsafeCell;
 use core::ptr;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
-use parking_lot::lock_api::RawMutex as _;
 
 /// The lock is owned.
 const HELD: u32 = 1;
@@ -117,7 +116,7 @@ pub(crate) struct IoLock {
 struct Queue {
     /// Guards `head` and every queued record. A raw lock so that gopark's
     /// commit function can release it on g0.
-    qlock: parking_lot::RawMutex,
+    qlock: crate::lock_futex::Mutex,
     /// First queued record; singly linked (appending walks it: a queue
     /// holds one or two records in practice).
     head: UnsafeCell<*mut Waiter>,
@@ -133,7 +132,7 @@ const QUEUES: usize = 61;
 
 static TABLE: [CachePadded<Queue>; QUEUES] = [const {
     CachePadded::new(Queue {
-        qlock: parking_lot::RawMutex::INIT,
+        qlock: crate::lock_futex::Mutex::new(),
         head: UnsafeCell::new(ptr::null_mut()),
     })
 }; QUEUES];
