@@ -710,6 +710,14 @@ pub struct Stats {
     /// Blocking detection is off because /proc/self/task/*/syscall could not
     /// be read.
     pub detect_unavailable: bool,
+    /// Asynchronous preemption is off although configured on, because libc
+    /// is linked into the executable (static glibc with `+crt-static`, or
+    /// musl): a goroutine stopped inside `malloc` or stdio would hold libc's
+    /// locks while it waits for a P, and the program could hang. Cooperative
+    /// preemption (at every goro call) and blocking detection still work; a
+    /// loop that never calls into goro keeps its P, as with
+    /// `GODEBUG=asyncpreemptoff=1` (docs/PREEMPTION.md).
+    pub async_preempt_static_libc: bool,
     /// Goroutine stacks ever reserved (only grows).
     pub stacks_reserved: usize,
 }

@@ -2099,6 +2099,7 @@ pub(crate) fn snapshot() -> crate::Stats {
         preempt_pinned_limit: crate::preempt::PREEMPT_PINNED_LIMIT.load(Ordering::Relaxed),
         pinned_threads: crate::preempt::PINNED.load(Ordering::Relaxed),
         detect_unavailable: crate::preempt::DETECT_UNAVAILABLE.load(Ordering::Relaxed),
+        async_preempt_static_libc: crate::preempt::STATIC_LIBC.load(Ordering::Relaxed),
         syscalls_handed_off: crate::sysmon::HANDOFFS.load(Ordering::Relaxed),
         stacks_reserved: stack::STACKS_RESERVED.load(Ordering::Relaxed),
     }

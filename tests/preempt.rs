@@ -965,6 +965,63 @@ fn pinned_limit_ignores_parked_unwinders() {
     );
 }
 
+/// Goroutines that allocate all the time, on one P with 100 µs slices,
+/// all complete. With libc linked into the executable (`.ci/run` builds
+/// this test once more with `-C target-feature=+crt-static`) the signal
+/// would stop goroutines inside `malloc`, holding its arena lock while
+/// they wait, pinned, for a P; the thread creating an M for that P then
+/// blocked on the lock (h32: the child hung 3 of 3). There async
+/// preemption is off and reported (each goroutine's work is finite, so
+/// they complete in turn); with a shared libc it stays on and preempts
+/// inside the program's own code.
+#[test]
+fn allocating_goroutines_complete_with_any_libc() {
+    child(
+        "allocating_goroutines_complete_with_any_libc",
+        &[ONE_P, ("GODEBUG", "gorotimeslice=100")],
+        || {
+            goro::run(|| {
+                let rounds = if qemu() { 20_000u64 } else { 100_000 };
+                let hs: Vec<_> = (0..32u64)
+                    .map(|i| {
+                        goro::spawn(move || {
+                            let mut v: Vec<Vec<u8>> = Vec::new();
+                            let mut k = i;
+                            for _ in 0..rounds {
+                                k = k
+                                    .wrapping_mul(6364136223846793005)
+                                    .wrapping_add(1442695040888963407);
+                                let size = if k % 97 == 0 {
+                                    300_000 // the mmap path
+                                } else {
+                                    (k >> 40) as usize % 4096 + 1
+                                };
+                                v.push(vec![1u8; size]);
+                                if v.len() > 64 {
+                                    v.swap_remove((k >> 20) as usize % v.len());
+                                }
+                            }
+                            v.len()
+                        })
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                let st = goro::stats();
+                println!("{st:?}");
+                let static_libc = cfg!(target_feature = "crt-static");
+                assert_eq!(st.async_preempt_static_libc, static_libc, "{st:?}");
+                if static_libc {
+                    assert_eq!(st.preemptions_async, 0, "{st:?}");
+                } else {
+                    assert!(st.preemptions_async > 0, "{st:?}");
+                }
+            })
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // System calls.
 
