@@ -78,6 +78,10 @@ mod dump;
 #[cfg(all(test, goro_loom))]
 mod find_runnable_model;
 mod g;
+// loom model of the socket direction lock (net/iolock.rs; docs/TESTING.md,
+// "Model tests").
+#[cfg(all(test, goro_loom))]
+mod iolock_model;
 mod local;
 mod lock_futex;
 // The runner the loom models share.
