@@ -64,6 +64,27 @@ pub enum Selected {
 }
 
 /// Locks the channels of `cases` in `lockorder`, each once.
+/// Starts a wait that several wakers may race to end (G::selgen's
+/// protocol, shared by select and net/iolock.rs): the running goroutine
+/// `gp`'s generation word moves to the next even value `2*seq`, or, on a
+/// plain thread (`gp` null), the caller's own `thread_gen` (which must
+/// read 2) serves with `seq` 1. A waker owns the wake-up if it CASes
+/// `2*seq` to `2*seq + 1`; a timer queued with `seq` loses to a later
+/// wait. The store is Relaxed: the caller publishes it to wakers through
+/// the lock it holds when it queues itself, and to a timeout through the
+/// heap lock the timer is added under.
+pub(crate) fn begin_wait(gp: *mut G, thread_gen: &AtomicU64) -> (&AtomicU64, u64) {
+    if gp.is_null() {
+        return (thread_gen, 1);
+    }
+    // SAFETY: gp is the running G (never freed): only it starts a wait on
+    // its own generation.
+    let g = unsafe { &*gp };
+    let seq = g.selgen.load(Ordering::Relaxed) / 2 + 1;
+    g.selgen.store(2 * seq, Ordering::Relaxed);
+    (&g.selgen, seq)
+}
+
 fn sellock(cases: &[Scase], lockorder: &[usize]) {
     let mut last: *const Hchan = ptr::null();
     for &i in lockorder {
@@ -236,17 +257,13 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
     let gp = park::parkable_g();
     let thread_gen = AtomicU64::new(2);
     let mut parker = Parker::new();
-    let (gen, seq): (&AtomicU64, u64) = if gp.is_null() {
-        (&thread_gen, 1)
-    } else {
-        // SAFETY: gp is the running G: only it bumps its own generation.
-        let g = unsafe { &*gp };
-        let seq = g.selgen.load(Ordering::Relaxed) / 2 + 1;
-        // Relaxed: published to wakers by the channel locks we hold.
-        g.selgen.store(2 * seq, Ordering::Relaxed);
-        g.param.store(0, Ordering::Relaxed);
-        (&g.selgen, seq)
-    };
+    // Published to wakers by the channel locks we hold (begin_wait).
+    let (gen, seq) = begin_wait(gp, &thread_gen);
+    if !gp.is_null() {
+        // SAFETY: gp is the running G (parkable_g). Relaxed: as the
+        // generation, published by the channel locks we hold.
+        unsafe { (*gp).param.store(0, Ordering::Relaxed) };
+    }
     // One sudog per case, on this stack (no allocation up to 8 cases).
     let mut new_sudog = |i: usize| {
         let mut sg = Sudog::new_current(&mut parker, cases[i].elem);

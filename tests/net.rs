@@ -1114,23 +1114,8 @@ fn two_stream_writers_both_finish() {
     let _w = init();
     goro::run(|| {
         let (c, mut s) = tcp_pair();
-        for (fd, opt) in [
-            (c.as_raw_fd(), libc::SO_SNDBUF),
-            (s.as_raw_fd(), libc::SO_RCVBUF),
-        ] {
-            let v: libc::c_int = 16 << 10;
-            // SAFETY: a valid socket fd and a c_int option value.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&v as *const libc::c_int).cast(),
-                    4,
-                )
-            };
-            assert_eq!(r, 0);
-        }
+        common::small_buffer(c.as_raw_fd(), libc::SO_SNDBUF);
+        common::small_buffer(s.as_raw_fd(), libc::SO_RCVBUF);
         let c = Arc::new(c);
         let n = 1 << 20;
         let mut hs = Vec::new();

@@ -900,22 +900,6 @@ fn within<T: Send + 'static>(rx: &goro::Receiver<T>, c: &TcpStream, what: &str) 
     }
 }
 
-/// Sets `opt` (SO_SNDBUF / SO_RCVBUF) of `fd` to 16 KiB.
-fn small_buffer(fd: std::os::fd::RawFd, opt: libc::c_int) {
-    let v: libc::c_int = 16 << 10;
-    // SAFETY: a valid socket fd and a c_int option value.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            4,
-        )
-    };
-    assert_eq!(r, 0);
-}
-
 /// A reader with a timeout behind a parked reader without one, from a
 /// goroutine and from a plain thread: each times out, the parked reader
 /// stays parked and then reads the byte sent to it.
@@ -969,8 +953,8 @@ fn second_writer_times_out_behind_a_parked_writer() {
     let _w = common::watchdog();
     run(|| {
         let (c, s) = tcp_pair();
-        small_buffer(c.as_raw_fd(), libc::SO_SNDBUF);
-        small_buffer(s.as_raw_fd(), libc::SO_RCVBUF);
+        common::small_buffer(c.as_raw_fd(), libc::SO_SNDBUF);
+        common::small_buffer(s.as_raw_fd(), libc::SO_RCVBUF);
         let c = Arc::new(c);
         let c1 = c.clone();
         let a = goro::go!(move || (&*c1).write_all(&vec![1u8; 4 << 20]));

@@ -338,19 +338,9 @@ impl IoLock {
         let gp = park::parkable_g();
         let thread_gen = AtomicU64::new(2);
         let parker = Parker::new();
-        let (gen, seq): (&AtomicU64, u64) = if gp.is_null() {
-            (&thread_gen, 1)
-        } else {
-            // SAFETY: gp is the running G: only it starts a wait on its
-            // own generation.
-            let g = unsafe { &*gp };
-            let seq = g.selgen.load(Ordering::Relaxed) / 2 + 1;
-            // Relaxed: published to wakers by `qlock`, and to the timer by
-            // the heap lock it is added under (after this store, on this
-            // thread).
-            g.selgen.store(2 * seq, Ordering::Relaxed);
-            (&g.selgen, seq)
-        };
+        // Published to wakers by `qlock`, and to the timer by the heap lock
+        // it is added under (after this, on this thread).
+        let (gen, seq) = crate::select::begin_wait(gp, &thread_gen);
         let mut w = Waiter {
             g: gp,
             parker: &parker,

@@ -176,3 +176,19 @@ impl Drop for AggressiveShrink {
         goro::__private::set_stack_shrink(d, d);
     }
 }
+
+/// Sets `opt` (SO_SNDBUF / SO_RCVBUF) of `fd` to 16 KiB.
+pub fn small_buffer(fd: std::os::fd::RawFd, opt: libc::c_int) {
+    let v: libc::c_int = 16 << 10;
+    // SAFETY: a valid socket fd and a c_int option value.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0);
+}
