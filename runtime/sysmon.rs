@@ -556,6 +556,23 @@ fn has_waiting_work(p: &crate::p::P, now: i64) -> bool {
     (w != 0 && w <= now) || SCHED.gcwaiting.load(Ordering::Relaxed)
 }
 
+/// Work waits in some P's local queue while no P is idle and no M spins:
+/// nobody will steal it, so it runs only when that P's G yields. Go's
+/// retake counts this as waiting work for every P (`npidle + nmspinning
+/// == 0`). Without it, a P whose thread blocked in an unwrapped call was
+/// never probed (nothing waited on that P itself) while a G queued behind
+/// a loop on the other P waited for the loop to end, which with async
+/// preemption off (asyncpreemptoff, a static libc) could be never (h37:
+/// std socket readers waited a hog's whole 8 s at GOMAXPROCS=2, Go 0.3
+/// s). Once per retake pass; Relaxed and racy: a wrong answer costs one
+/// probe or delays one by a tick.
+fn stranded_work() -> bool {
+    if SCHED.npidle.load(Ordering::Relaxed) != 0 || SCHED.nmspinning.load(Ordering::Relaxed) != 0 {
+        return false;
+    }
+    (0..sched::gomaxprocs()).any(|i| !sched::allp(i).runq.is_empty())
+}
+
 /// What one `retake` pass did.
 struct Retake {
     /// Ps handed off from syscalls or detached by blocking detection.
@@ -575,6 +592,7 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
     let mut n = 0;
     let mut preempted = 0;
     let mut deadline = 0i64;
+    let stranded = stranded_work();
     for (i, t) in ticks.iter_mut().enumerate().take(sched::gomaxprocs()) {
         let p = sched::allp(i);
         let mut s = p.status();
@@ -594,7 +612,7 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
             } else {
                 let ran = now - t.schedwhen;
                 let slice_over = ran >= FORCE_PREEMPT_NS.load(Ordering::Relaxed);
-                if s == PStatus::Running && has_waiting_work(p, now) {
+                if s == PStatus::Running && (stranded || has_waiting_work(p, now)) {
                     if now - t.probed >= PROBE_BACKOFF_RESET_NS {
                         t.probe_backoff = 0;
                     }
@@ -669,7 +687,7 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
             // calls into a thread hand-off per tick — or once one call has
             // lasted 10 ms (so sysmon's view of the P stays current).
             let long = t.syscallwhen + 10_000_000 <= now;
-            if !long && !has_waiting_work(p, now) {
+            if !long && !stranded && !has_waiting_work(p, now) {
                 continue;
             }
             // AcqRel CAS: exactly one of sysmon, the returning M (exitsyscall)

@@ -403,6 +403,80 @@ fn asyncpreemptoff() {
     );
 }
 
+/// With async preemption off (as with a statically linked libc), a
+/// goroutine queued on the P of a loop that never yields can only be
+/// stolen; when the other P's thread is blocked in an unwrapped std call
+/// nobody steals it, unless sysmon hands that P off. sysmon probed a
+/// Running P for a blocked call only when work waited on that P or the
+/// global queue, never on another P's queue (h37: 10 std socket readers
+/// waited the hog's whole 8 s in 7 of 8 runs; Go 0.3 s: its retake
+/// counts work anywhere when no P is idle and no M spins). Here the
+/// server's writes sit behind the hog; the hog spins until every reader
+/// has its data or 20 s (60 s under qemu) pass, a hang bound, and then
+/// checks which came first.
+#[test]
+fn stranded_work_beside_a_blocked_call_without_async_preemption() {
+    child(
+        "stranded_work_beside_a_blocked_call_without_async_preemption",
+        &[("GOMAXPROCS", "2"), ("GODEBUG", "asyncpreemptoff=1")],
+        || {
+            use std::io::{Read, Write};
+            goro::run(|| {
+                const READERS: usize = 10;
+                let done = Arc::new(AtomicUsize::new(0));
+                let hog = {
+                    let done = done.clone();
+                    goro::spawn(move || {
+                        let t = Instant::now();
+                        let bound = Duration::from_secs(if qemu() { 60 } else { 20 });
+                        while done.load(SeqCst) < READERS && t.elapsed() < bound {
+                            std::hint::spin_loop();
+                        }
+                        done.load(SeqCst)
+                    })
+                };
+                let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = l.local_addr().unwrap();
+                let server = goro::spawn(move || {
+                    let conns: Vec<_> = (0..READERS).map(|_| l.accept().unwrap().0).collect();
+                    std::thread::sleep(Duration::from_millis(100));
+                    for mut c in conns {
+                        c.write_all(b"x").unwrap();
+                    }
+                });
+                let readers: Vec<_> = (0..READERS)
+                    .map(|_| {
+                        let done = done.clone();
+                        goro::spawn(move || {
+                            let mut c = std::net::TcpStream::connect(addr).unwrap();
+                            let mut b = [0u8; 1];
+                            loop {
+                                match c.read(&mut b) {
+                                    Ok(1) => break,
+                                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                    r => panic!("read: {r:?}"),
+                                }
+                            }
+                            done.fetch_add(1, SeqCst);
+                        })
+                    })
+                    .collect();
+                for r in readers {
+                    r.join().unwrap();
+                }
+                server.join().unwrap();
+                let seen = hog.join().unwrap();
+                assert_eq!(
+                    seen,
+                    READERS,
+                    "the hog's bound passed first: work queued behind it was stranded ({:?})",
+                    goro::stats()
+                );
+            })
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Where a preemption lands: at goro::sync calls, not inside critical sections.
 
