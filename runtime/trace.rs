@@ -932,8 +932,7 @@ pub(crate) fn stop_at_fatal() {
 /// Per P, sorted by time, where a goroutine's slice ends when its P was
 /// taken during a syscall: the hand-offs (ticks), and the slices begun on
 /// it — a `Begin`, or a lost P's exit onto it (ticks, and the thread's
-/// registration index). Empty (and not built) when the trace has no
-/// syscall exits.
+/// registration index).
 #[derive(Default)]
 struct SyscallIndex {
     held: Vec<Vec<(u64, usize)>>,
@@ -943,13 +942,6 @@ struct SyscallIndex {
 impl SyscallIndex {
     fn new(runs: &[(usize, &[Event])]) -> SyscallIndex {
         let mut ix = SyscallIndex::default();
-        let exits = runs.iter().any(|(_, r)| {
-            r.iter()
-                .any(|e| matches!(e.kind(), Kind::SyscallExit | Kind::SyscallExitLost))
-        });
-        if !exits {
-            return ix;
-        }
         for &(owner, r) in runs {
             for e in r {
                 let Ok(p) = usize::try_from(e.p()) else {
@@ -1096,7 +1088,11 @@ fn stop_inner(sample: bool) -> io::Result<()> {
 
     // Each chunk's events, read once: both passes below see the same.
     let runs: Vec<(usize, &[Event])> = chunks.iter().map(|c| (c.owner, c.events(gen))).collect();
-    let syscalls = SyscallIndex::new(&runs);
+    // Built at the first need: a syscall exit, or a slice still open when
+    // the trace stopped (its goroutine may be in a syscall whose P was
+    // taken; nothing on its own thread says so).
+    let index = core::cell::OnceCell::new();
+    let syscalls = || index.get_or_init(|| SyscallIndex::new(&runs));
 
     // Replay each thread's events in order into slices and instants. The
     // open slice keeps its start in ticks for `SyscallIndex`.
@@ -1109,9 +1105,19 @@ fn stop_inner(sample: bool) -> io::Result<()> {
         }
     };
     let end = ns(tk1);
+    // A slice open at the end of its thread's events lasts until the stop,
+    // unless its goroutine lost the P meanwhile (in a syscall that had not
+    // returned): then it ends there, as at a lost exit.
+    let close_at_stop =
+        |open: &mut Option<(usize, Out, u64)>, evs: &mut Vec<Out>, syscalls: &SyscallIndex| {
+            let cut = open
+                .as_ref()
+                .and_then(|(o, s, t0)| syscalls.lost_at(*o, s.p, *t0, tk1));
+            close(open, evs, cut.map_or(end, ns));
+        };
     for &(owner, run) in &runs {
         if open.as_ref().is_some_and(|(o, _, _)| *o != owner) {
-            close(&mut open, &mut evs, end);
+            close_at_stop(&mut open, &mut evs, syscalls());
         }
         for e in run {
             let ts = ns(e.ts);
@@ -1140,7 +1146,7 @@ fn stop_inner(sample: bool) -> io::Result<()> {
                     // while the goroutine was in the call.
                     let cut = open
                         .as_ref()
-                        .and_then(|(_, s, t0)| syscalls.lost_at(owner, s.p, *t0, e.ts));
+                        .and_then(|(_, s, t0)| syscalls().lost_at(owner, s.p, *t0, e.ts));
                     let lost = o.kind == Kind::SyscallExitLost || cut.is_some();
                     if lost {
                         let cut = cut.map_or(ts, ns);
@@ -1159,7 +1165,9 @@ fn stop_inner(sample: bool) -> io::Result<()> {
             }
         }
     }
-    close(&mut open, &mut evs, end);
+    if open.is_some() {
+        close_at_stop(&mut open, &mut evs, syscalls());
+    }
     drop(chunks);
     for c in owned {
         // SAFETY: handed over (full) or left by a dead thread: no writer,

@@ -42,6 +42,7 @@ const TESTS: &[Test] = &[
     ("trace_file", trace_file),
     ("trace_env", trace_env),
     ("trace_syscall_handoff", trace_syscall_handoff),
+    ("trace_stop_during_syscall", trace_stop_during_syscall),
     ("trace_stale_generation_emit", trace_stale_generation_emit),
     (
         "trace_env_unwritable_is_reported",
@@ -190,6 +191,7 @@ fn child(name: &str) {
         "run_from_plain" => child_run_from_plain(),
         "trace_env" => child_trace_env(),
         "trace_syscall_handoff" => child_trace_syscall_handoff(),
+        "trace_stop_during_syscall" => child_trace_stop_during_syscall(),
         "dump_races_exits" => child_dump_races_exits(),
         _ => panic!("unknown child {name}"),
     }
@@ -1214,6 +1216,75 @@ fn trace_syscall_handoff() {
             "no slice for {g}"
         );
     }
+}
+
+/// A goroutine still in a syscall when the trace stops, its P handed off
+/// and running other goroutines: its slice ends at the hand-off, not at
+/// the stop (no two slices overlap on the P). Before h36 `stop` cut a
+/// slice at its P's hand-off only at the goroutine's syscall exit, and
+/// built the hand-off index only for a trace with an exit: the slice ran
+/// to the stop, over the slices of the goroutines that had the P.
+fn trace_stop_during_syscall() {
+    let path = trace_path("stopsys");
+    let o = spawn_child(
+        "trace_stop_during_syscall",
+        &[("GORO_TEST_TRACE", path.to_str().unwrap())],
+        None,
+    );
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let blocked: u64 = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("blocked "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let evs = doc["traceEvents"].as_array().unwrap();
+    let g = format!("G{blocked}");
+    assert!(
+        evs.iter()
+            .any(|e| e["ph"] == "X" && e["name"] == g.as_str()),
+        "no slice for {g}"
+    );
+    assert!(
+        evs.iter().any(|e| e["name"] == "syscall handoff"),
+        "no hand-off"
+    );
+    assert_tracks_named_no_overlap(evs);
+}
+
+fn child_trace_stop_during_syscall() {
+    use std::sync::mpsc;
+    goro::start(goro::Config::from_env().max_procs(1)).unwrap();
+    let path = std::env::var("GORO_TEST_TRACE").unwrap();
+    let blocked = goro::run(move || {
+        goro::trace::start(&path).unwrap();
+        let (entered_tx, entered_rx) = goro::chan::<()>(1);
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        // Runs a slice inside the trace, then blocks in a call that hands
+        // its P (the only one) off at once; main, woken by the send, can
+        // run only on that P.
+        let h = goro::spawn(move || {
+            goro::yield_now();
+            entered_tx.send(()).unwrap();
+            let g = goro::enter_syscall_block();
+            release_rx.recv().unwrap();
+            goro::exit_syscall(g);
+            goro::current_id().unwrap()
+        });
+        entered_rx.recv().unwrap();
+        // Slices of main on the P while the other goroutine is in its call.
+        for _ in 0..10 {
+            goro::yield_now();
+        }
+        goro::trace::stop().unwrap();
+        release_tx.send(()).unwrap();
+        h.join().unwrap()
+    });
+    println!("blocked {blocked}");
 }
 
 /// Set by trace_syscall_handoff's main goroutine once back from its last
