@@ -738,7 +738,9 @@ pub fn stats() -> Stats {
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::select::{__select, __select_none, __select_timeout, RecvSlot, Scase, SendSlot};
+    pub use crate::select::{
+        __select, __select_none, __select_timeout, __slot_done, RecvSlot, Scase, SendSlot,
+    };
     pub use crate::stack::guards_use_madvise;
 
     /// Goroutine stacks returned to the global stack cache so far (only

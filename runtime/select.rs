@@ -64,6 +64,14 @@ pub enum Selected {
 }
 
 /// Locks the channels of `cases` in `lockorder`, each once.
+/// Ends a `select!` slot before the chosen body runs (`__select_dispatch`):
+/// drops a send case's unsent value and ends the borrow of its channel. A
+/// function rather than `drop`, which clippy flags in user code for
+/// `RecvSlot` (no destructor). Not public API.
+#[doc(hidden)]
+#[inline(always)]
+pub fn __slot_done<S>(_slot: S) {}
+
 /// Starts a wait that several wakers may race to end (G::selgen's
 /// protocol, shared by select and net/iolock.rs): the running goroutine
 /// `gp`'s generation word moves to the next even value `2*seq`, or, on a
@@ -873,7 +881,10 @@ impl std::fmt::Debug for SelectedOperation<'_> {
 /// [`never()`](crate::never) gives a case that is never ready (a disabled
 /// case, Go's nil channel). `res` is `Result<T, RecvError>` or
 /// `Result<(), SendError<T>>`. Channels are taken by reference; send values
-/// are evaluated up front (as in Go) and dropped if their case is not chosen.
+/// are evaluated up front (as in Go; crossbeam evaluates only the chosen
+/// one) and dropped, if their case is not chosen, before the chosen body
+/// runs; a body may reassign or move its own case's channel (Go's
+/// `out = nil`).
 /// When several cases are ready one is chosen uniformly at random. Without
 /// `default` the select parks the goroutine (blocks the OS thread) until a
 /// case proceeds. The whole `select!` is an expression; bodies may `return`,
@@ -902,32 +913,32 @@ macro_rules! __select_parse {
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
-        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+        $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
-        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+        $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
-        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
+        $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
     }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
-        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+        $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
-        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
+        $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
-        $crate::__select_parse!(@slots ($($s)* [__slot ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
+        $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
     }};
     // default(timeout): crossbeam's form; runs if nothing is ready in time.
     (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr) => $body:block $($rest:tt)*) => {
@@ -946,18 +957,18 @@ macro_rules! __select_parse {
         compile_error!("select!: more than one `default` arm")
     };
     // Done: run the select and dispatch.
-    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ()) => {{
+    (@slots ($([$slot:ident $r:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ()) => {{
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], false);
-        $crate::__select_dispatch!(__idx __ok ($crate::__private::__select_none()) $([$slot ($i) ($res) ($body)])*)
+        $crate::__select_dispatch!(__idx __ok ($crate::__private::__select_none()) $([$slot $r ($i) ($res) ($body)])*)
     }};
-    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((now) ($dbody:expr))) => {{
+    (@slots ($([$slot:ident $r:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((now) ($dbody:expr))) => {{
         let (__idx, __ok) = $crate::__private::__select(&mut [$($slot.case()),*], true);
-        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot ($i) ($res) ($body)])*)
+        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot $r ($i) ($res) ($body)])*)
     }};
-    (@slots ($([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((timeout $t:expr) ($dbody:expr))) => {{
+    (@slots ($([$slot:ident $r:ident ($i:expr) ($res:pat) ($body:expr)])*) @n ($n:expr) @default ((timeout $t:expr) ($dbody:expr))) => {{
         let __timeout: ::core::time::Duration = $t;
         let (__idx, __ok) = $crate::__private::__select_timeout(&mut [$($slot.case()),*], __timeout);
-        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot ($i) ($res) ($body)])*)
+        $crate::__select_dispatch!(__idx __ok ($dbody) $([$slot $r ($i) ($res) ($body)])*)
     }};
     (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) $($rest:tt)+) => {
         compile_error!(concat!(
@@ -972,18 +983,33 @@ macro_rules! __select_parse {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __select_dispatch {
-    ($idx:ident $ok:ident ($dbody:expr) $([$slot:ident ($i:expr) ($res:pat) ($body:expr)])*) => {
+    ($idx:ident $ok:ident ($dbody:expr) $([$slot:ident $r:ident ($i:expr) ($res:pat) ($body:expr)])*) => {{
+        // Every slot is finished (the chosen one) and dropped before any
+        // body runs: a body may then reassign or move its own channel (Go's
+        // `out = nil` to disable a case), and values of the cases not
+        // chosen are already dropped (a body waiting for a channel whose
+        // last Sender was such a value does not wait for ever).
+        $(
+            let $r = if $idx == $i {
+                // SAFETY: `$i` is the case `__select` chose, reported with
+                // its `ok`, and this is the only `finish` call on the slot.
+                ::core::option::Option::Some(unsafe { $slot.finish($ok) })
+            } else {
+                ::core::option::Option::None
+            };
+            $crate::__private::__slot_done($slot);
+        )*
         match $idx {
             $(
                 __i if __i == $i => {
-                    // SAFETY: `$i` is the case `__select` chose, reported
-                    // with its `ok`, and this is the only `finish` call on
-                    // the slot.
-                    let $res = unsafe { $slot.finish($ok) };
+                    let $res = match $r {
+                        ::core::option::Option::Some(__v) => __v,
+                        ::core::option::Option::None => ::core::unreachable!(),
+                    };
                     $body
                 }
             )*
             _ => $dbody,
         }
-    };
+    }};
 }

@@ -1921,3 +1921,81 @@ fn dynamic_select_wrong_case_panics() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op.send(&tx)));
     assert!(r.is_err());
 }
+
+/// Go's way to turn a case off and on: `out = nil` in the send case's own
+/// body. A send arm's body may reassign or move the channel it sent on.
+/// Before (session 29, h39): did not compile, "cannot assign to `out`
+/// because it is borrowed ... when `__slot` is dropped and runs the `Drop`
+/// code for type `goro::__private::SendSlot`" (E0506; E0505 for `drop`),
+/// where crossbeam's `select!` accepts both.
+#[test]
+fn send_arm_body_may_reassign_or_move_its_sender() {
+    run(|| {
+        let (in_tx, in_rx) = chan::<i32>(4);
+        let (real_tx, real_rx) = chan::<i32>(4);
+        // A case that never proceeds: its receiver is kept, its buffer full.
+        let (dead_tx, _dead_rx) = chan::<i32>(0);
+        for v in [5, 6] {
+            in_tx.send(v).unwrap();
+        }
+        let mut out = dead_tx.clone();
+        let mut pending = 0;
+        let mut sent = vec![];
+        for _ in 0..4 {
+            goro::select! {
+                recv(in_rx) -> v => {
+                    pending = v.unwrap();
+                    out = real_tx.clone(); // enable the send case
+                }
+                send(out, pending) -> r => {
+                    r.unwrap();
+                    sent.push(pending);
+                    out = dead_tx.clone(); // disable it again
+                }
+            }
+        }
+        assert_eq!(sent, [5, 6]);
+        assert_eq!(real_rx.try_recv(), Ok(5));
+        assert_eq!(real_rx.try_recv(), Ok(6));
+        let (tx, rx) = chan::<i32>(1);
+        let got = goro::select! {
+            send(tx, 1) -> r => {
+                r.unwrap();
+                drop(tx); // the arm's own sender, moved out
+                rx.recv()
+            }
+        };
+        assert_eq!(got, Ok(1));
+    });
+}
+
+/// The values of send cases not chosen are dropped before the chosen
+/// case's body runs: a body that waits for a channel whose last Sender was
+/// such a value sees it closed. Before (session 29, h39): the value lived
+/// until after the body, which waited for ever (here: until its 10 s
+/// bound, then failed).
+#[test]
+fn unchosen_send_values_are_dropped_before_the_body() {
+    run(|| {
+        let (ready_tx, ready_rx) = chan::<i32>(1);
+        ready_tx.send(1).unwrap();
+        // A send case that cannot proceed (unbuffered, nobody receiving)
+        // whose value is the last Sender of `c`.
+        let (full_tx, _full_rx) = chan::<goro::Sender<()>>(0);
+        let (c_tx, c_rx) = chan::<()>(0);
+        let closed = goro::select! {
+            recv(ready_rx) -> v => {
+                assert_eq!(v, Ok(1));
+                goro::select! {
+                    recv(c_rx) -> r => r.is_err(),
+                    default(Duration::from_secs(10)) => false,
+                }
+            }
+            send(full_tx, c_tx) -> _ => unreachable!(),
+        };
+        assert!(
+            closed,
+            "the unchosen case's Sender was still alive in the body"
+        );
+    });
+}
