@@ -45,9 +45,9 @@
 //! Run with `RUSTFLAGS="--cfg goro_loom" cargo test --release --lib
 //! deadline_model` (docs/TESTING.md, "Models of the wake-up protocols").
 
+use crate::loom_explore::spawn;
 use ::loom::sync::atomic::{AtomicU64, Ordering};
 use ::loom::sync::{Arc, Mutex};
-use ::loom::thread;
 
 /// timer.rs `NOT_QUEUED`.
 const NOT_QUEUED: i64 = i64::MAX;
@@ -363,11 +363,6 @@ impl Dl {
 fn model(name: &str, bound: Option<usize>, exact: bool, f: impl Fn() + Sync + Send + 'static) {
     let (n, bound) = crate::loom_explore::explore(bound, exact, f);
     println!("{name}: {n} interleavings (preemption bound {bound:?})");
-}
-
-fn spawn<T: 'static>(d: &Arc<Dl>, f: impl FnOnce(&Dl) -> T + 'static) -> thread::JoinHandle<T> {
-    let d = d.clone();
-    thread::spawn(move || f(&d))
 }
 
 /// The waiter runs `waits` (deadlines; each ends but the last), the runner

@@ -92,6 +92,7 @@
 //! find_runnable_model` (docs/TESTING.md, "Models of the wake-up
 //! protocols").
 
+use crate::loom_explore::spawn;
 use ::loom::sync::atomic::{fence, AtomicI32, AtomicI64, AtomicU32, Ordering};
 use ::loom::sync::{Arc, Condvar, Mutex};
 use ::loom::thread;
@@ -947,14 +948,6 @@ fn spawn_m(s: &Arc<Sched>, name: &'static str, p: usize) -> thread::JoinHandle<O
     s.kernel.lock().unwrap().active += 1;
     let s = s.clone();
     thread::spawn(move || s.find_runnable(&mut m(name, p)))
-}
-
-fn spawn<T: 'static>(
-    s: &Arc<Sched>,
-    f: impl FnOnce(&Sched) -> T + 'static,
-) -> thread::JoinHandle<T> {
-    let s = s.clone();
-    thread::spawn(move || f(&s))
 }
 
 // ----- scenarios ------------------------------------------------------------------

@@ -52,10 +52,10 @@
 //! Run with `RUSTFLAGS="--cfg goro_loom" cargo test --release --lib
 //! iolock_model` (docs/TESTING.md, "Models of the wake-up protocols").
 
+use crate::loom_explore::spawn;
 use ::loom::cell::UnsafeCell;
 use ::loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use ::loom::sync::{Arc, Condvar, Mutex, MutexGuard};
-use ::loom::thread;
 use std::collections::VecDeque;
 
 /// iolock.rs `HELD`.
@@ -701,11 +701,6 @@ fn model(name: &str, bound: Option<usize>, exact: bool, f: impl Fn() + Sync + Se
         "{name}: {n} interleavings (preemption bound {bound:?}), {:?}",
         COVER.with(|c| c.get())
     );
-}
-
-fn spawn<T: 'static>(l: &Arc<Lk>, f: impl FnOnce(&Lk) -> T + 'static) -> thread::JoinHandle<T> {
-    let l = l.clone();
-    thread::spawn(move || f(&l))
 }
 
 /// The holder (the main thread) owns the lock at the start; it unlocks

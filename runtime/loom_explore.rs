@@ -1,6 +1,7 @@
-//! The runner the loom models share (spinning_model.rs, sema_model.rs,
-//! netpoll_model.rs, find_runnable_model.rs; docs/TESTING.md, "Model
-//! tests").
+//! The runner and the spawn helper the loom models share
+//! (spinning_model.rs, sema_model.rs, netpoll_model.rs,
+//! find_runnable_model.rs, deadline_model.rs, iolock_model.rs;
+//! docs/TESTING.md, "Model tests").
 
 /// Runs `f` under loom and returns the number of interleavings explored
 /// and the preemption bound used. `bound`: None explores every
@@ -24,4 +25,14 @@ pub(crate) fn explore(
         f()
     });
     (n.load(Relaxed), b.preemption_bound)
+}
+
+/// Runs `f` on a new loom thread with a clone of the model's shared state
+/// `s` (every model's actors are spawned this way).
+pub(crate) fn spawn<S: 'static, T: 'static>(
+    s: &::loom::sync::Arc<S>,
+    f: impl FnOnce(&S) -> T + 'static,
+) -> ::loom::thread::JoinHandle<T> {
+    let s = s.clone();
+    ::loom::thread::spawn(move || f(&s))
 }

@@ -81,9 +81,9 @@
 //! Run with `RUSTFLAGS="--cfg goro_loom" cargo test --release --lib
 //! netpoll_model` (docs/TESTING.md, "Models of the wake-up protocols").
 
+use crate::loom_explore::spawn;
 use ::loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use ::loom::sync::{Arc, Condvar, Mutex};
-use ::loom::thread;
 
 const PD_NIL: usize = 0;
 const PD_READY: usize = 1;
@@ -851,11 +851,6 @@ fn model(name: &str, bound: Option<usize>, exact: bool, f: impl Fn() + Sync + Se
         "{name}: {n} interleavings (preemption bound {bound:?}), {:?}",
         COVER.with(|c| c.get())
     );
-}
-
-fn spawn<T: 'static>(n: &Arc<Net>, f: impl FnOnce(&Net) -> T + 'static) -> thread::JoinHandle<T> {
-    let n = n.clone();
-    thread::spawn(move || f(&n))
 }
 
 // ----- scenarios --------------------------------------------------------------
