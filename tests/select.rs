@@ -1938,19 +1938,24 @@ fn send_arm_body_may_reassign_or_move_its_sender() {
         for v in [5, 6] {
             in_tx.send(v).unwrap();
         }
+        // One value in flight: while it is pending the input case is off
+        // (`never()`, Go's nil channel) and the send case on, and back.
+        let mut input = in_rx.clone();
         let mut out = dead_tx.clone();
         let mut pending = 0;
         let mut sent = vec![];
         for _ in 0..4 {
             goro::select! {
-                recv(in_rx) -> v => {
+                recv(input) -> v => {
                     pending = v.unwrap();
+                    input = goro::never();
                     out = real_tx.clone(); // enable the send case
                 }
                 send(out, pending) -> r => {
                     r.unwrap();
                     sent.push(pending);
                     out = dead_tx.clone(); // disable it again
+                    input = in_rx.clone();
                 }
             }
         }
