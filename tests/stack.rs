@@ -559,7 +559,8 @@ fn scavenger_returns_burst_stacks_of_sized_goroutines() {
 /// A dead goroutine's deeply used large stack is returned to the OS when
 /// it exits, not at the scavenger's next pass: 16 goroutines with 4 MiB
 /// stacks, spawned together and then recursing 2 MiB deep one after the
-/// other, leave at most a quarter of their 32 MiB resident (before:
+/// other, leave at most a quarter of their 32 MiB resident (half under
+/// qemu-user, whose own memory grows meanwhile) (before:
 /// all of it, until the scavenger ran; h13's `recurse`, 918 MB against Go's
 /// 44 MB). In a child process so that other tests' memory does not blur
 /// the figures.
@@ -575,8 +576,15 @@ fn deep_stacks_are_released_at_exit() {
         "a goroutine 2 MiB deep grew RSS by only {} KiB: {line}",
         deepest.saturating_sub(before)
     );
+    // Under qemu-user the child's RSS is qemu's and grows by its own
+    // translation cache as the run goes on: 7.1 to 8.4 MiB between
+    // `before` and `after` with the release working (12 runs, qemu 7.2;
+    // 9.0 MiB once in CI), against 0.3 to 2 MiB natively. Without the
+    // release, all 32 MiB of deep pages stay, so half of that still
+    // separates the two there.
+    let allowed = if qemu() { 16 * 1024 } else { 8 * 1024 };
     assert!(
-        after.saturating_sub(before) <= 8 * 1024,
+        after.saturating_sub(before) <= allowed,
         "{} KiB still resident after 16 deep goroutines exited: {line}",
         after.saturating_sub(before)
     );
