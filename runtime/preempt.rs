@@ -470,7 +470,11 @@ pub(crate) unsafe fn on_signal(
     let eligible = match status {
         GStatus::Running => ASYNC_ENABLED.load(Ordering::Relaxed),
         // A detached G computing without a P: send it to reacquire one.
-        GStatus::Syscall => detached,
+        // As the other stops, only where async preemption is on: with
+        // libc linked in the stop could land inside `malloc` holding its
+        // arena lock (h38: hung 6 of 6 with one arena), and
+        // asyncpreemptoff asks for no stop at an arbitrary instruction.
+        GStatus::Syscall => detached && ASYNC_ENABLED.load(Ordering::Relaxed),
         _ => false,
     };
     if !eligible || foreign {

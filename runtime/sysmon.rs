@@ -564,13 +564,20 @@ fn has_waiting_work(p: &crate::p::P, now: i64) -> bool {
 /// a loop on the other P waited for the loop to end, which with async
 /// preemption off (asyncpreemptoff, a static libc) could be never (h37:
 /// std socket readers waited a hog's whole 8 s at GOMAXPROCS=2, Go 0.3
-/// s). Once per retake pass; Relaxed and racy: a wrong answer costs one
-/// probe or delays one by a tick.
-fn stranded_work() -> bool {
+/// s). A due timer on some P counts too: another P's M runs it only from
+/// findrunnable (steal_work's timer check), so behind a loop it waited
+/// just the same (h38: a 100 ms sleep took a 5 s hog's whole run; Go
+/// 100 ms). Once per retake pass; Relaxed and racy: a wrong answer costs
+/// one probe or delays one by a tick.
+fn stranded_work(now: i64) -> bool {
     if SCHED.npidle.load(Ordering::Relaxed) != 0 || SCHED.nmspinning.load(Ordering::Relaxed) != 0 {
         return false;
     }
-    (0..sched::gomaxprocs()).any(|i| !sched::allp(i).runq.is_empty())
+    (0..sched::gomaxprocs()).any(|i| {
+        let p = sched::allp(i);
+        let w = p.timers.next_when();
+        !p.runq.is_empty() || (w != 0 && w <= now)
+    })
 }
 
 /// What one `retake` pass did.
@@ -592,7 +599,7 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
     let mut n = 0;
     let mut preempted = 0;
     let mut deadline = 0i64;
-    let stranded = stranded_work();
+    let stranded = stranded_work(now);
     for (i, t) in ticks.iter_mut().enumerate().take(sched::gomaxprocs()) {
         let p = sched::allp(i);
         let mut s = p.status();
@@ -775,7 +782,13 @@ pub(crate) static DETACHED_PROBES: AtomicU64 = AtomicU64::new(0);
 /// blocked P off took long enough that spawning 2,000 such readers took
 /// 4.8-59 s at GOMAXPROCS=1 (Go: 0.3-2.8 s).
 fn signal_detached_running(now: i64, cursor: &mut usize) {
-    if !crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed) {
+    // Without async preemption the handler refuses to stop a detached G
+    // (preempt::on_signal): signalling would only cost (h38, static libc:
+    // 110,000 refused signals in 23 s for 50 detached allocators).
+    // Relaxed: both are set once at start.
+    if !crate::preempt::DETECT_ENABLED.load(Ordering::Relaxed)
+        || !crate::preempt::ASYNC_ENABLED.load(Ordering::Relaxed)
+    {
         return;
     }
     // No M is detached unless a detach is outstanding (each ends in exactly

@@ -477,6 +477,76 @@ fn stranded_work_beside_a_blocked_call_without_async_preemption() {
     );
 }
 
+/// The same with a due timer instead of a queued goroutine: the loop's P
+/// holds the sleeper's timer, the other P's thread is blocked in an
+/// unwrapped std read, and with async preemption off only a handed-off P
+/// can run the timer (its M steals timers in findrunnable). sysmon's
+/// stranded-work test saw only run queues, so a 100 ms sleep took the
+/// hog's whole run (h38: 5.03 s of a 5 s hog in 6 of 6 runs; Go 100 ms).
+/// The hog spins until the sleeper is back or 20 s (60 s under qemu)
+/// pass, a hang bound, and then checks which came first.
+#[test]
+fn due_timer_beside_a_blocked_call_without_async_preemption() {
+    child(
+        "due_timer_beside_a_blocked_call_without_async_preemption",
+        &[("GOMAXPROCS", "2"), ("GODEBUG", "asyncpreemptoff=1")],
+        || {
+            use std::io::{Read, Write};
+            goro::run(|| {
+                let (mut wake, mut blocked) = std::os::unix::net::UnixStream::pair().unwrap();
+                let started = Arc::new(AtomicBool::new(false));
+                // Holds the other P's thread in a std read until main is
+                // back. Main spins until it starts, so that it runs there
+                // (stolen) and wakes nobody onto its own P: a G queued
+                // there would have the blocked thread probed anyway.
+                let reader = goro::spawn({
+                    let started = started.clone();
+                    move || {
+                        started.store(true, SeqCst);
+                        let mut b = [0u8; 1];
+                        loop {
+                            match blocked.read(&mut b) {
+                                Ok(1) => break,
+                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                                r => panic!("read: {r:?}"),
+                            }
+                        }
+                    }
+                });
+                while !started.load(SeqCst) {
+                    std::hint::spin_loop();
+                }
+                let back = Arc::new(AtomicBool::new(false));
+                // Spawned onto main's P, it runs there once main sleeps,
+                // beside main's timer.
+                let hog = {
+                    let back = back.clone();
+                    goro::spawn(move || {
+                        let t = Instant::now();
+                        let bound = Duration::from_secs(if qemu() { 60 } else { 20 });
+                        while !back.load(SeqCst) && t.elapsed() < bound {
+                            std::hint::spin_loop();
+                        }
+                        back.load(SeqCst)
+                    })
+                };
+                let t = Instant::now();
+                goro::time::sleep(Duration::from_millis(100));
+                let slept = t.elapsed();
+                back.store(true, SeqCst);
+                wake.write_all(b"x").unwrap();
+                reader.join().unwrap();
+                let first = hog.join().unwrap();
+                assert!(
+                    first,
+                    "the hog's bound passed first: a 100 ms sleep took {slept:?} ({:?})",
+                    goro::stats()
+                );
+            })
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Where a preemption lands: at goro::sync calls, not inside critical sections.
 
@@ -1099,6 +1169,70 @@ fn allocating_goroutines_complete_with_any_libc() {
                 } else {
                     assert!(st.preemptions_async > 0, "{st:?}");
                 }
+            })
+        },
+    );
+}
+
+/// The same for goroutines that compute without a P: each sleeps in an
+/// unwrapped call (blocking detection detaches its P) and then allocates
+/// with no runtime call, which sysmon answers by signalling its thread to
+/// take a P back (a detached G is stopped as a preempted one is). With
+/// libc linked in, that stop landed inside `malloc` too: async preemption
+/// was off only for Gs that held a P (h38: hung 6 of 6 with one malloc
+/// arena). One arena (GLIBC_TUNABLES) makes every allocation contend for
+/// the lock a stopped G would hold. Now a detached G is not stopped where
+/// async preemption is off, and sysmon does not signal it.
+#[test]
+fn allocating_goroutines_complete_with_any_libc_when_detached() {
+    child(
+        "allocating_goroutines_complete_with_any_libc_when_detached",
+        &[
+            ("GOMAXPROCS", "2"),
+            ("GODEBUG", "gorotimeslice=100"),
+            ("GLIBC_TUNABLES", "glibc.malloc.arena_max=1"),
+        ],
+        || {
+            goro::run(|| {
+                // Four goroutines for two Ps, so that Ps are handed off;
+                // the stop deadlocked only when sysmon or the template
+                // thread allocated meanwhile (both found blocked in malloc
+                // beside two pinned Gs stopped there), 4 of 6 runs of this
+                // length hung before the fix.
+                let (rounds, allocs) = if qemu() {
+                    (30, 5_000u64)
+                } else {
+                    (150, 20_000)
+                };
+                let hs: Vec<_> = (0..4u64)
+                    .map(|i| {
+                        goro::spawn(move || {
+                            let mut v: Vec<Vec<u8>> = Vec::new();
+                            let mut k = i;
+                            for _ in 0..rounds {
+                                std::thread::sleep(Duration::from_millis(2));
+                                for _ in 0..allocs {
+                                    k = k
+                                        .wrapping_mul(6364136223846793005)
+                                        .wrapping_add(1442695040888963407);
+                                    v.push(vec![1u8; (k >> 40) as usize % 4096 + 1]);
+                                    if v.len() > 64 {
+                                        v.swap_remove((k >> 20) as usize % v.len());
+                                    }
+                                }
+                            }
+                            v.len()
+                        })
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+                let st = goro::stats();
+                println!("{st:?}");
+                assert!(st.retakes_detected > 0, "{st:?}");
+                let static_libc = cfg!(target_feature = "crt-static");
+                assert_eq!(st.async_preempt_static_libc, static_libc, "{st:?}");
             })
         },
     );
