@@ -218,6 +218,23 @@ fn rejections_since(before: [u64; 4], i: usize) -> u64 {
     goro::__private::deadlock_rejections()[i] - before[i]
 }
 
+/// For a plain thread that will wake the goroutines: returns once a
+/// deadlock check since `before` has stopped at condition `i`, i.e. once
+/// the goroutines are all parked and the check has seen this thread as a
+/// possible waker. Polled, so the order is certain, not timed (before
+/// session 30 these senders slept 200 ms, and under qemu on a loaded
+/// machine the goroutines were not all parked by then: CI saw
+/// `[2, 0, 0, 0]`). After 60 s it returns anyway, and the caller's
+/// `child_ok_after_rejection` reports the missing check.
+fn await_rejection(before: [u64; 4], i: usize) {
+    let t = std::time::Instant::now();
+    while goro::__private::deadlock_rejections()[i] == before[i]
+        && t.elapsed() < Duration::from_secs(60)
+    {
+        std::thread::sleep(Duration::from_millis(1)); // polling, not ordering
+    }
+}
+
 /// A child's last step: at least one deadlock check since `before` stopped
 /// at one of the conditions `which` (indices as in `rejections_since`);
 /// then tells the parent it finished.
@@ -264,15 +281,15 @@ fn child_sleep_forever() {
 }
 
 /// A plain thread (started inside a goroutine) holds the Sender and sends
-/// after 200 ms of std sleep.
+/// once a check has been held back by it (`await_rejection`).
 fn child_plain_sender() {
     let before = goro::__private::deadlock_rejections();
-    goro::run(|| {
+    goro::run(move || {
         let (tx, rx) = goro::chan::<u32>(0);
         let (tx2, rx2) = goro::chan::<u32>(0);
         let h = goro::spawn(move || rx2.recv().unwrap());
         let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(200));
+            await_rejection(before, 3);
             tx.send(5).unwrap();
         });
         let v = rx.recv().unwrap();
@@ -322,16 +339,17 @@ fn child_blocking() {
 
 /// The plain main thread waits in goro::run; a plain thread started before
 /// the runtime holds the Sender, a second plain thread is blocked in a goro
-/// receive (a waiter); the sender sends after 200 ms.
+/// receive (a waiter); the sender sends once a check has been held back
+/// by the plain threads (`await_rejection`).
 fn child_run_from_plain() {
     let (tx, rx) = goro::chan::<u32>(0);
     let (tx3, rx3) = goro::chan::<u32>(0);
+    let before = goro::__private::deadlock_rejections();
     let sender = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
+        await_rejection(before, 3);
         tx.send(1).unwrap();
     });
     let waiter = std::thread::spawn(move || rx3.recv().unwrap());
-    let before = goro::__private::deadlock_rejections();
     let v = goro::run(move || {
         let (tx2, rx2) = goro::chan::<u32>(0);
         let h = goro::spawn(move || rx2.recv().unwrap());
