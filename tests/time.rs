@@ -848,8 +848,12 @@ fn timer_and_ticker_recv() {
             fired - t0
         );
 
-        let tk = Ticker::new(d);
+        // t0 before the ticker exists: its ticks are due on the grid from
+        // its creation, so a t0 read after it could be later than a tick's
+        // due time minus its period (qemu, h41: "tick 3 at 14.932234ms,
+        // before 15ms").
         let t0 = Instant::now();
+        let tk = Ticker::new(d);
         let mut last = t0;
         for i in 1..=3u32 {
             let at = tk.recv();
