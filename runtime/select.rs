@@ -800,7 +800,12 @@ impl<'a> SelectedOperation<'a> {
         slot.set_live(false);
         // SAFETY: a receive that happened wrote a T (the type checked by
         // `chosen`) into the slot; live is now false, so it is read once.
-        Ok(unsafe { slot.val().cast::<T>().read() })
+        let v = unsafe { slot.val().cast::<T>().read() };
+        // The other cases' values are dropped while `v` is a local: if a
+        // destructor panics, the unwind drops `v` too (dropped after the
+        // return value was built, it leaked; h41).
+        drop(std::mem::take(&mut self.slots));
+        Ok(v)
     }
 
     /// The chosen case's send result: `Ok(())` if the value was sent,
@@ -818,7 +823,10 @@ impl<'a> SelectedOperation<'a> {
         slot.set_live(false);
         // SAFETY: a send that did not happen left its T (the type checked
         // by `chosen`) in the slot; live is now false, so it is read once.
-        Err(SendError(unsafe { slot.val().cast::<T>().read() }))
+        let v = unsafe { slot.val().cast::<T>().read() };
+        // As in `recv`: dropped while `v` is a local.
+        drop(std::mem::take(&mut self.slots));
+        Err(SendError(v))
     }
 
     fn chosen<T: 'static>(&mut self, c: *const Hchan, send: bool) -> &mut (dyn DynCase + 'a) {
@@ -988,7 +996,11 @@ macro_rules! __select_dispatch {
         // body runs: a body may then reassign or move its own channel (Go's
         // `out = nil` to disable a case), and values of the cases not
         // chosen are already dropped (a body waiting for a channel whose
-        // last Sender was such a value does not wait for ever).
+        // last Sender was such a value does not wait for ever). The chosen
+        // slot is finished before any slot is dropped: if an unchosen send
+        // value's destructor panics, the chosen case's result is then a
+        // local that the unwind drops (a received value finished after the
+        // panic would stay in its slot's `MaybeUninit` and leak; h41).
         $(
             let $r = if $idx == $i {
                 // SAFETY: `$i` is the case `__select` chose, reported with
@@ -997,6 +1009,8 @@ macro_rules! __select_dispatch {
             } else {
                 ::core::option::Option::None
             };
+        )*
+        $(
             $crate::__private::__slot_done($slot);
         )*
         match $idx {

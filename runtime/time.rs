@@ -254,6 +254,12 @@ impl std::fmt::Debug for Timer {
 /// not cancel it. Its receiver never receives. Never blocks. `f` is `Fn`
 /// because a reset timer may run it more than once, as in Go.
 ///
+/// `f` itself is dropped with the last of the handle and the timer's heap
+/// entry: a stopped timer whose handle is gone is released later, by
+/// whichever goroutine's timer operation purges its heap (or by a helper
+/// goroutine). A panic in `f`'s destructor there is reported as a
+/// goroutine's panic and goes no further.
+///
 /// If the goroutine cannot be created when the timer fires (its stack
 /// cannot be mapped), the process aborts with a fatal error, as Go does
 /// when it runs out of memory.

@@ -387,6 +387,15 @@ fn next_tick(when: i64, now: i64, period: i64) -> i64 {
 /// section (see [`Purged`]) — it is done in a new goroutine. (Racy: if the handle is dropped at the same moment, the
 /// destructor may still run here; it then must not park, like any code on
 /// g0.)
+///
+/// A panic in that destructor is contained, in place as in the helper
+/// goroutine (whose panic is a goroutine's: reported by the panic hook,
+/// caught at its entry): the code that happens to release an unrelated
+/// timer is never unwound by it. Before (h41) the in-place drop let it
+/// unwind out of whatever added a timer on that goroutine (`Timer::new`,
+/// `after`, a socket read's deadline: a read claimed its poll descriptor,
+/// unwound, and the socket's next read died with "netpoll: double wait
+/// on a poll descriptor"), and two such destructors in one batch aborted.
 fn release(t: Arc<TimerCore>) {
     release_all(core::iter::once(t));
 }
@@ -424,13 +433,26 @@ fn release_all(ts: impl Iterator<Item = Arc<TimerCore>>) {
         {
             deferred.push(t);
         } else {
-            drop(t);
+            drop_contained(t);
         }
     }
     if !deferred.is_empty() {
-        // On failure the closures are dropped here anyway.
-        let _ = crate::proc::spawn_with(move || drop(deferred), None, None);
+        // On failure the closures are dropped here anyway (contained).
+        let _ = crate::proc::spawn_with(
+            move || deferred.into_iter().for_each(drop_contained),
+            None,
+            None,
+        );
     }
+}
+
+/// Drops a reference to a user timer; if it is the last one of an
+/// `after_func` timer, a panic in the closure's destructor is reported by
+/// the panic hook and goes no further (see [`release`]). One at a time, so
+/// a second panicking destructor in a batch is not a panic while
+/// unwinding (an abort).
+fn drop_contained(t: Arc<TimerCore>) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(t)));
 }
 
 /// Non-blocking send of the current time on a timer channel (Go's

@@ -2004,3 +2004,80 @@ fn unchosen_send_values_are_dropped_before_the_body() {
         );
     });
 }
+
+/// A send case not chosen whose value's destructor panics does not leak
+/// the value the chosen receive case took: it is dropped while the panic
+/// unwinds (as every other slot is), whatever the arms' order. Also the
+/// dynamic `Select`'s `SelectedOperation::recv`. Before (h41): with the
+/// send arm written first, `select!` dropped each slot in turn right after
+/// finishing it, so the panic came before the receive slot (a
+/// `MaybeUninit`, no destructor) had handed its value out, and the value
+/// leaked: 1 drop instead of 2.
+#[test]
+fn panicking_drop_of_an_unchosen_send_value_leaks_nothing() {
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    struct D(bool);
+    impl Drop for D {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, SeqCst);
+            if self.0 {
+                panic!("an unchosen send value's destructor panicked (expected)");
+            }
+        }
+    }
+    run(|| {
+        for send_first in [true, false] {
+            DROPS.store(0, SeqCst);
+            // Exactly one ready case: the receive (the send is unbuffered
+            // with nobody receiving).
+            let (tx, rx) = chan::<D>(1);
+            let (idle_tx, _idle_rx) = chan::<D>(0);
+            tx.send(D(false)).unwrap();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if send_first {
+                    goro::select! {
+                        send(idle_tx, D(true)) -> _ => unreachable!(),
+                        recv(rx) -> v => drop(v),
+                    }
+                } else {
+                    goro::select! {
+                        recv(rx) -> v => drop(v),
+                        send(idle_tx, D(true)) -> _ => unreachable!(),
+                    }
+                }
+            }));
+            assert!(r.is_err(), "the destructor's panic was swallowed");
+            assert_eq!(DROPS.load(SeqCst), 2, "select!, send_first {send_first}");
+        }
+        DROPS.store(0, SeqCst);
+        let (tx, rx) = chan::<D>(1);
+        let (idle_tx, _idle_rx) = chan::<D>(0);
+        tx.send(D(false)).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut sel = goro::Select::new();
+            sel.send(&idle_tx, D(true));
+            let i = sel.recv(&rx);
+            let op = sel.select();
+            assert_eq!(op.index(), i);
+            drop(op.recv(&rx));
+        }));
+        assert!(r.is_err(), "the destructor's panic was swallowed");
+        assert_eq!(DROPS.load(SeqCst), 2, "dynamic Select, recv");
+        // The value of a chosen send on a closed channel, handed back in
+        // `SendError`.
+        DROPS.store(0, SeqCst);
+        let (closed_tx, closed_rx) = chan::<D>(0);
+        closed_tx.close();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut sel = goro::Select::new();
+            sel.send(&idle_tx, D(true));
+            let i = sel.send(&closed_tx, D(false));
+            let op = sel.select();
+            assert_eq!(op.index(), i);
+            drop(op.send(&closed_tx));
+        }));
+        assert!(r.is_err(), "the destructor's panic was swallowed");
+        assert_eq!(DROPS.load(SeqCst), 2, "dynamic Select, send");
+        drop(closed_rx);
+    });
+}

@@ -848,8 +848,12 @@ fn timer_and_ticker_recv() {
             fired - t0
         );
 
-        let tk = Ticker::new(d);
+        // t0 before the ticker exists: its ticks are due on the grid from
+        // its creation, so a t0 read after it could be later than a tick's
+        // due time minus its period (qemu, h41: "tick 3 at 14.932234ms,
+        // before 15ms").
         let t0 = Instant::now();
+        let tk = Ticker::new(d);
         let mut last = t0;
         for i in 1..=3u32 {
             let at = tk.recv();
@@ -1567,5 +1571,46 @@ fn zero_ticker_period_panics_or_never_ticks() {
             recv(rx) -> _ => panic!("a zero-period tick channel received"),
             recv(after(Duration::from_millis(20))) -> _ => {}
         }
+    });
+}
+
+/// A stopped `after_func` timer whose handle is dropped is released by the
+/// heap purge of whichever goroutine next adds a timer there; a panic in its
+/// closure's destructor is reported and contained, not unwound into that
+/// unrelated caller. Before (h41): it came out of the `after(..)` call
+/// whose add purged the heap ("1 timer operations panicked"); out of a
+/// socket read's deadline it left the poll descriptor claimed, and the
+/// socket's next read died with "fatal error: netpoll: double wait on a
+/// poll descriptor" (/work/scratch/h41/src/bin/p13.rs).
+#[test]
+fn panicking_after_func_closure_destructor_is_contained() {
+    let _w = common::watchdog();
+    static DROPS: AtomicUsize = AtomicUsize::new(0);
+    struct PanicOnDrop;
+    impl Drop for PanicOnDrop {
+        fn drop(&mut self) {
+            DROPS.fetch_add(1, SeqCst);
+            panic!("an after_func closure's destructor panicked (expected)");
+        }
+    }
+    run(|| {
+        let p = PanicOnDrop;
+        let t = after_func(Duration::from_secs(3600), move || {
+            let _keep = &p;
+        });
+        assert!(t.stop());
+        drop(t); // the stale heap entry is now the closure's only owner
+                 // Fill this P's heap past its purge threshold (1,024 entries): the
+                 // purge that drops the entry runs in one of these adds (or, if
+                 // another test's goroutine purges it, there).
+        let (mut keep, mut surfaced) = (Vec::new(), 0);
+        while DROPS.load(SeqCst) == 0 && keep.len() < 100_000 {
+            match std::panic::catch_unwind(|| after(Duration::from_secs(3600))) {
+                Ok(rx) => keep.push(rx),
+                Err(_) => surfaced += 1,
+            }
+        }
+        assert_eq!(surfaced, 0, "{surfaced} timer operations panicked");
+        assert_eq!(DROPS.load(SeqCst), 1, "the closure was not dropped");
     });
 }
