@@ -935,7 +935,7 @@ impl<T> Sender<T> {
             &self.c,
             slot.as_mut_ptr().cast(),
         )];
-        match crate::select::selectgo(cases, true, crate::time::deadline_after(d)) {
+        match crate::select::selectgo(cases, true, crate::time::timeout_deadline(d)) {
             crate::select::Selected::Case(_, true) => Ok(()),
             // SAFETY: not sent: the value is still ours.
             crate::select::Selected::Case(_, false) => {
@@ -1028,7 +1028,7 @@ impl<T> Receiver<T> {
             &self.c,
             slot.as_mut_ptr().cast(),
         )];
-        match crate::select::selectgo(cases, true, crate::time::deadline_after(d)) {
+        match crate::select::selectgo(cases, true, crate::time::timeout_deadline(d)) {
             // SAFETY: received: initialised.
             crate::select::Selected::Case(_, true) => Ok(unsafe { slot.assume_init() }),
             crate::select::Selected::Case(_, false) => Err(RecvTimeoutError::Closed),

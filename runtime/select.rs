@@ -314,7 +314,9 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
     } else {
         selunlock(cases, lockorder);
         match deadline {
-            Some(d) => {
+            // i64::MAX (an overflowing timeout) never comes: an
+            // indefinite park, counted as such by the deadlock check.
+            Some(d) if d != i64::MAX => {
                 if !parker.park_deadline(d) {
                     // Timed out: claim our own wait, unless a channel did.
                     // AcqRel: as a waker's claim (sudog.rs `dequeue`).
@@ -326,7 +328,7 @@ pub fn selectgo(cases: &mut [Scase], block: bool, deadline: Option<i64>) -> Sele
                     }
                 }
             }
-            None => parker.park(),
+            _ => parker.park(),
         }
         // Relaxed: see Parker::param.
         parker.param.load(Ordering::Relaxed)
@@ -493,7 +495,7 @@ pub fn __select_none() -> ! {
 /// dropped by the heap's bulk purge) when a case wins first.
 #[doc(hidden)]
 pub fn __select_timeout(cases: &mut [Scase], timeout: std::time::Duration) -> (usize, bool) {
-    match selectgo(cases, true, crate::time::deadline_after(timeout)) {
+    match selectgo(cases, true, crate::time::timeout_deadline(timeout)) {
         Selected::Case(i, ok) => (i, ok),
         _ => (usize::MAX, false),
     }
@@ -545,7 +547,7 @@ pub fn select_recv_timeout<'a, T: 'a>(
     rxs: impl IntoIterator<Item = &'a Receiver<T>>,
     timeout: std::time::Duration,
 ) -> Option<(usize, Result<T, RecvError>)> {
-    select_recv_dyn(rxs, true, crate::time::deadline_after(timeout))
+    select_recv_dyn(rxs, true, crate::time::timeout_deadline(timeout))
 }
 
 fn select_recv_dyn<'a, T: 'a>(
@@ -741,7 +743,7 @@ impl<'a> Select<'a> {
     /// 50-100 µs late (Linux's timer slack). Go's `reflect.Select` with a
     /// `time.After` case added.
     pub fn select_timeout(self, timeout: std::time::Duration) -> Option<SelectedOperation<'a>> {
-        self.run(true, crate::time::deadline_after(timeout)).ok()
+        self.run(true, crate::time::timeout_deadline(timeout)).ok()
     }
 
     fn run(mut self, block: bool, deadline: Option<i64>) -> Result<SelectedOperation<'a>, ()> {

@@ -30,6 +30,16 @@ pub(crate) fn when_after(d: Duration) -> i64 {
     deadline_after(d).unwrap_or(i64::MAX)
 }
 
+/// The deadline of a channel wait with timeout `d` (`recv_timeout`,
+/// `select!`'s `default(d)`, ...): always `Some`; an overflowing `d` gives
+/// `i64::MAX`, a timer that is pending but never fires, as Go's
+/// `time.After(d)` case is. A goroutine waiting so is asleep, not
+/// deadlocked (docs/API.md); before session 30 such a wait armed no timer
+/// and the deadlock check reported it (h41).
+pub(crate) fn timeout_deadline(d: Duration) -> Option<i64> {
+    Some(when_after(d))
+}
+
 /// Adds a timer to the current P (or P 0 from a thread without one) and
 /// makes sure an M will wake for it (Go's addtimer + wakeNetPoller).
 pub(crate) fn add_timer(when: i64, action: Action) {

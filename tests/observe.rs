@@ -64,6 +64,7 @@ const TESTS: &[Test] = &[
     ),
     ("no_deadlock_timer_pending", no_deadlock_timer_pending),
     ("no_deadlock_sleep_forever", no_deadlock_sleep_forever),
+    ("no_deadlock_timeout_forever", no_deadlock_timeout_forever),
     (
         "no_deadlock_plain_thread_sender",
         no_deadlock_plain_thread_sender,
@@ -185,6 +186,7 @@ fn child(name: &str) {
         "sigquit" => child_sigquit(),
         "timer" => child_timer(),
         "sleep_forever" => child_sleep_forever(),
+        "timeout_forever" => child_timeout_forever(),
         "plain_sender" => child_plain_sender(),
         "thread_exits_later" => child_thread_exits_later(),
         "blocking" => child_blocking(),
@@ -278,6 +280,51 @@ fn child_sleep_forever() {
         goro::time::sleep(Duration::MAX);
         drop(h);
     });
+}
+
+/// Every form of channel wait with a timeout, each given `Duration::MAX`,
+/// each on a channel of its own that nobody else uses.
+fn child_timeout_forever() {
+    goro::start(goro::Config::from_env().max_procs(2)).unwrap();
+    goro::run(|| {
+        let chans: Vec<_> = (0..6).map(|_| goro::chan::<u32>(0)).collect();
+        let (txs, rxs): (Vec<_>, Vec<_>) = chans.into_iter().unzip();
+        let forms: Vec<goro::JoinHandle<()>> = vec![
+            goro::spawn({
+                let rx = rxs[0].clone();
+                move || drop(rx.recv_timeout(Duration::MAX))
+            }),
+            goro::spawn({
+                let tx = txs[1].clone();
+                move || drop(tx.send_timeout(1, Duration::MAX))
+            }),
+            goro::spawn({
+                let rx = rxs[2].clone();
+                move || drop(goro::select_recv_timeout([&rx], Duration::MAX))
+            }),
+            goro::spawn({
+                let rx = rxs[3].clone();
+                move || {
+                    let mut s = goro::Select::new();
+                    s.recv(&rx);
+                    let _ = s.select_timeout(Duration::MAX).map(|op| op.index());
+                }
+            }),
+            goro::spawn({
+                let rx = rxs[4].clone();
+                move || {
+                    goro::select! {
+                        recv(rx) -> _ => {},
+                        default(Duration::MAX) => {},
+                    }
+                }
+            }),
+        ];
+        let rx = rxs[5].clone();
+        let _keep = (txs, rxs, forms);
+        let _ = rx.recv_timeout(Duration::MAX);
+    });
+    println!("not reached");
 }
 
 /// A plain thread (started inside a goroutine) holds the Sender and sends
@@ -485,6 +532,21 @@ fn no_deadlock_timer_pending() {
 fn no_deadlock_sleep_forever() {
     let o = spawn_child(
         "sleep_forever",
+        &[],
+        Some(Duration::from_secs(if common::qemu() { 10 } else { 3 })),
+    );
+    assert_ne!(o.code, Some(2), "{}", o.stderr);
+    assert!(!o.stderr.contains("deadlock"), "{}", o.stderr);
+}
+
+/// Channel waits whose timeout overflows (`Duration::MAX`) wait forever on
+/// a pending timer, as a `sleep(Duration::MAX)` and Go's `select` with a
+/// `time.After(math.MaxInt64)` case do: asleep, not deadlocked (killed
+/// after 3 s, a hang detector). Before session 30 they armed no timer and
+/// the check reported a deadlock at once (h41).
+fn no_deadlock_timeout_forever() {
+    let o = spawn_child(
+        "timeout_forever",
         &[],
         Some(Duration::from_secs(if common::qemu() { 10 } else { 3 })),
     );
