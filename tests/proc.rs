@@ -1890,3 +1890,59 @@ fn joining_itself_panics() {
         });
     }
 }
+
+/// `GODEBUG=schedtrace=MS` with a period whose nanoseconds do not fit an
+/// i64 (9223372036855 ms, about 292 years) prints nothing, like any
+/// period longer than the program runs; `schedtrace=1` (the control)
+/// prints. Go parses the value as an int32 and never overflows. Before
+/// h40 sysmon multiplied the period by 1e6 with wrapping arithmetic: the
+/// negative period printed a `SCHED` line on every sysmon tick (a debug
+/// build panicked on sysmon's thread). The child waits for three
+/// preemptions of a spinning goroutine by sysmon, so sysmon has run
+/// whole ticks (each ends with the schedtrace check) past the first
+/// millisecond.
+#[test]
+fn huge_schedtrace_period_never_prints() {
+    const ENV: &str = "GORO_PROC_SCHEDTRACE_CHILD";
+    if std::env::var(ENV).is_ok() {
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let spinner = {
+                let stop = stop.clone();
+                goro::spawn(move || {
+                    while !stop.load(Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            };
+            while goro::stats().preemptions < 3 {
+                goro::yield_now();
+            }
+            stop.store(true, Relaxed);
+            spinner.join().unwrap();
+        });
+        println!("child done");
+        return;
+    }
+    let _s = serial();
+    for (period, want_lines) in [("9223372036855", false), ("1", true)] {
+        let out = common::self_test_command("huge_schedtrace_period_never_prints")
+            .env(ENV, "1")
+            .env("GODEBUG", format!("schedtrace={period}"))
+            .output()
+            .expect("re-executing the test binary");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stdout.contains("child done"),
+            "schedtrace={period}: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        let lines = stderr.lines().filter(|l| l.starts_with("SCHED ")).count();
+        assert_eq!(
+            lines > 0,
+            want_lines,
+            "schedtrace={period}: {lines} SCHED lines\n{stderr}"
+        );
+    }
+}
