@@ -1946,3 +1946,47 @@ fn huge_schedtrace_period_never_prints() {
         );
     }
 }
+
+/// With `dump_on_sigquit`, a start that cannot create the dump's thread
+/// (threads exhausted; or its pipe, fds exhausted) fails with `Err(Io)`
+/// naming it, leaves nothing behind, and a retry then dumps on SIGQUIT.
+/// Before h40 that failure was ignored: `start` returned Ok, and SIGQUIT
+/// later killed the process with its default action (core dump, status
+/// 131) without the dump the config asked for.
+#[test]
+fn failed_sigquit_dump_setup_fails_the_start() {
+    const ENV: &str = "GORO_PROC_DUMP_START_CHILD";
+    if std::env::var(ENV).is_ok() {
+        // The third thread creation (after the template thread and sysmon)
+        // is the dump's.
+        goro::__private::fail_thread_creations(2, 1);
+        let cfg = goro::Config::default().max_procs(2).dump_on_sigquit(true);
+        let r = goro::start(cfg.clone());
+        let msg = r.as_ref().map_err(|e| e.to_string());
+        assert_eq!(
+            msg,
+            Err(
+                "goro: cannot start the runtime: cannot create the SIGQUIT dump thread: \
+                 Resource temporarily unavailable (os error 11)"
+                    .to_string()
+            )
+        );
+        goro::start(cfg).unwrap();
+        goro::run(|| {
+            // SAFETY: signalling our own process; the dump thread exits it.
+            unsafe { libc::kill(libc::getpid(), libc::SIGQUIT) };
+            loop {
+                goro::time::sleep(Duration::from_secs(1));
+            }
+        });
+        return;
+    }
+    let _s = serial();
+    let out = common::self_test_command("failed_sigquit_dump_setup_fails_the_start")
+        .env(ENV, "1")
+        .output()
+        .expect("re-executing the test binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}: {stderr}", out.status);
+    assert!(stderr.contains("SIGQUIT: quit"), "{stderr}");
+}
