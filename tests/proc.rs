@@ -1990,3 +1990,37 @@ fn failed_sigquit_dump_setup_fails_the_start() {
     assert_eq!(out.status.code(), Some(2), "{}: {stderr}", out.status);
     assert!(stderr.contains("SIGQUIT: quit"), "{stderr}");
 }
+
+/// The first use of goro can come from a destructor running while its
+/// thread unwinds a panic (a guard whose `drop` shuts a service down with
+/// `goro::run`). std refuses to touch the panic hook then ("cannot modify
+/// the panic hook from a panicking thread"), so goro installs its
+/// goroutine panic report later, from a thread that is not panicking.
+/// Before h40 the runtime start called `take_hook` there: the panic in
+/// the destructor aborted the process ("panic in a destructor during
+/// cleanup"), and had it been caught, the poisoned `Once` would have made
+/// every later spawn panic.
+#[test]
+fn first_start_inside_a_destructor_during_unwinding() {
+    isolated("first_start_inside_a_destructor_during_unwinding", || {
+        static GOT: AtomicUsize = AtomicUsize::new(0);
+        struct Guard;
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                assert!(std::thread::panicking());
+                let v = goro::run(|| goro::spawn(|| 5).join().unwrap());
+                GOT.store(v, SeqCst);
+            }
+        }
+        let r = std::panic::catch_unwind(|| {
+            let _g = Guard;
+            panic!("unwinding through a guard (expected)");
+        });
+        assert!(r.is_err());
+        assert_eq!(GOT.load(SeqCst), 5);
+        // Spawning keeps working, and goroutine panics are still caught.
+        let r = goro::run(|| goro::spawn(|| panic!("in a goroutine (expected)")).join());
+        assert!(r.is_err());
+        assert_eq!(goro::run(|| goro::spawn(|| 7).join().unwrap()), 7);
+    });
+}
