@@ -323,12 +323,10 @@ pub(crate) fn init(cfg: &crate::Config) -> std::io::Result<()> {
     let mut fds = [0i32; 2];
     // SAFETY: fds is a valid out-array of two ints.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        let e = crate::os::last_os_error();
         return Err(std::io::Error::new(
-            crate::os::last_os_error().kind(),
-            format!(
-                "cannot create the SIGQUIT dump pipe: {}",
-                crate::os::last_os_error()
-            ),
+            e.kind(),
+            format!("cannot create the SIGQUIT dump pipe: {e}"),
         ));
     }
     extern "C" fn dump_thread(arg: *mut libc::c_void) -> *mut libc::c_void {
