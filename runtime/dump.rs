@@ -309,17 +309,26 @@ pub(crate) static QUIT_PENDING: core::sync::atomic::AtomicBool =
     core::sync::atomic::AtomicBool::new(false);
 
 /// Installs the SIGQUIT handler and starts the dump thread if the config
-/// asks for it. Called once at runtime start.
-pub(crate) fn init(cfg: &crate::Config) {
-    if !cfg.dump_on_sigquit {
-        return;
+/// asks for it. Called at runtime start, under the start lock; errors
+/// (the self-pipe or the thread cannot be created: fds or threads
+/// exhausted) leave nothing behind, so the start can be retried. Before
+/// h40 they were ignored: `start` returned Ok and SIGQUIT then killed the
+/// process with its default action, without the dump the config asked for.
+pub(crate) fn init(cfg: &crate::Config) -> std::io::Result<()> {
+    // Relaxed: starts are serialised by the start lock; a start that set
+    // it up before (then failed at a later step) keeps it.
+    if !cfg.dump_on_sigquit || PIPE_W.load(Ordering::Relaxed) >= 0 {
+        return Ok(());
     }
     let mut fds = [0i32; 2];
     // SAFETY: fds is a valid out-array of two ints.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return;
+        let e = crate::os::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("cannot create the SIGQUIT dump pipe: {e}"),
+        ));
     }
-    PIPE_W.store(fds[1], Ordering::Relaxed);
     extern "C" fn dump_thread(arg: *mut libc::c_void) -> *mut libc::c_void {
         let fd = arg as usize as i32;
         let mut b = 0u8;
@@ -343,16 +352,23 @@ pub(crate) fn init(cfg: &crate::Config) {
         // SAFETY: ends the process at once, Go's exit status for SIGQUIT.
         unsafe { libc::_exit(2) }
     }
-    if crate::os::newosproc(
+    if let Err(e) = crate::os::newosproc(
         "goro-dump",
         256 << 10,
         dump_thread,
         fds[0] as usize as *mut libc::c_void,
-    )
-    .is_err()
-    {
-        return;
+    ) {
+        // SAFETY: both ends are ours and nothing else has seen them.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("cannot create the SIGQUIT dump thread: {e}"),
+        ));
     }
+    PIPE_W.store(fds[1], Ordering::Relaxed);
     extern "C" fn on_sigquit(_: libc::c_int) {
         QUIT_PENDING.store(true, Ordering::Relaxed);
         crate::os::write_byte_keeping_errno(PIPE_W.load(Ordering::Relaxed));
@@ -366,6 +382,7 @@ pub(crate) fn init(cfg: &crate::Config) {
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(libc::SIGQUIT, &sa, core::ptr::null_mut());
     }
+    Ok(())
 }
 
 #[cfg(test)]

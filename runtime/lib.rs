@@ -496,8 +496,9 @@ pub(crate) static SYSMON_RESCUE: std::sync::atomic::AtomicBool =
 /// Starts the process-wide runtime with `config` (Go's schedinit). Errors:
 /// `InvalidConfig` (see [`Config::validate`]), `AlreadyRunning` if it runs
 /// with a different config (starting again with the same config is Ok),
-/// or `Io` if epoll or a runtime thread cannot be created (the start may
-/// then be retried). Blocks the calling thread while it creates the
+/// or `Io` if epoll or a runtime thread (with `dump_on_sigquit`, also the
+/// dump's thread and pipe) cannot be created (the start may then be
+/// retried). Blocks the calling thread while it creates the
 /// runtime's threads (sysmon and the template thread, each a
 /// `pthread_create`) and while another start is in progress.
 pub fn start(config: Config) -> Result<(), Error> {

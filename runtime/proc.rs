@@ -161,8 +161,18 @@ fn newproc_placed<F: FnOnce() + Send + 'static>(
 /// goro's, as `set_hook` always does. Either way, the program's hook wins.
 /// (libtest installs one while it captures a test's output, so under
 /// `cargo test` a goroutine's panic is reported as std reports a thread's.)
+///
+/// On a thread that is unwinding a panic (goro first used from a
+/// destructor) std forbids touching the hook: the install is left to the
+/// next call from a thread that is not (every spawn calls this, also
+/// spawns from goroutines, on Ms). Before h40 `take_hook` panicked
+/// there, which aborted the process ("panic in a destructor during
+/// cleanup").
 pub(crate) fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
+    if ONCE.is_completed() || std::thread::panicking() {
+        return;
+    }
     ONCE.call_once(|| {
         let prev = std::panic::take_hook();
         // take_hook leaves std's default hook installed, so a second take

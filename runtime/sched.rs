@@ -496,6 +496,9 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         crate::sysmon::start(cfg).map_err(|e| context("cannot create the sysmon thread", e))?;
         SYSMON_STARTED.store(true, Ordering::Relaxed);
     }
+    // The SIGQUIT dump's pipe and thread (if configured): the last step
+    // that can fail; it leaves nothing behind when it does.
+    crate::dump::init(cfg)?;
     // Relaxed: published by the Release of STARTED below.
     SCHED.lastpoll.store(os::nanotime(), Ordering::Relaxed);
     {
@@ -503,7 +506,6 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
         procresize(&mut s, cfg.max_procs as i32, ptr::null_mut());
     }
     crate::deadlock::init(cfg);
-    crate::dump::init(cfg);
     STARTED.store(true, Ordering::Release);
     crate::trace::init_from_env();
     Ok(true)

@@ -441,8 +441,11 @@ fn sysmon() -> ! {
         }
         scavenger.tick(now);
         shrinker.tick(now);
-        let trace = SCHEDTRACE_MS.load(Ordering::Relaxed) as i64;
-        if trace > 0 && now - last_trace >= trace * 1_000_000 {
+        // Saturating: a period whose nanoseconds overflow an i64 (about
+        // 292 years) means "never"; before h40 it wrapped negative and
+        // printed on every tick.
+        let trace = i64::try_from(SCHEDTRACE_MS.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        if trace > 0 && now - last_trace >= trace.saturating_mul(1_000_000) {
             last_trace = now;
             schedtrace(now - start, SCHEDDETAIL.load(Ordering::Relaxed));
         }

@@ -1890,3 +1890,137 @@ fn joining_itself_panics() {
         });
     }
 }
+
+/// `GODEBUG=schedtrace=MS` with a period whose nanoseconds do not fit an
+/// i64 (9223372036855 ms, about 292 years) prints nothing, like any
+/// period longer than the program runs; `schedtrace=1` (the control)
+/// prints. Go parses the value as an int32 and never overflows. Before
+/// h40 sysmon multiplied the period by 1e6 with wrapping arithmetic: the
+/// negative period printed a `SCHED` line on every sysmon tick (a debug
+/// build panicked on sysmon's thread). The child waits for three
+/// preemptions of a spinning goroutine by sysmon, so sysmon has run
+/// whole ticks (each ends with the schedtrace check) past the first
+/// millisecond.
+#[test]
+fn huge_schedtrace_period_never_prints() {
+    const ENV: &str = "GORO_PROC_SCHEDTRACE_CHILD";
+    if std::env::var(ENV).is_ok() {
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let spinner = {
+                let stop = stop.clone();
+                goro::spawn(move || {
+                    while !stop.load(Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            };
+            while goro::stats().preemptions < 3 {
+                goro::yield_now();
+            }
+            stop.store(true, Relaxed);
+            spinner.join().unwrap();
+        });
+        println!("child done");
+        return;
+    }
+    let _s = serial();
+    for (period, want_lines) in [("9223372036855", false), ("1", true)] {
+        let out = common::self_test_command("huge_schedtrace_period_never_prints")
+            .env(ENV, "1")
+            .env("GODEBUG", format!("schedtrace={period}"))
+            .output()
+            .expect("re-executing the test binary");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stdout.contains("child done"),
+            "schedtrace={period}: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        let lines = stderr.lines().filter(|l| l.starts_with("SCHED ")).count();
+        assert_eq!(
+            lines > 0,
+            want_lines,
+            "schedtrace={period}: {lines} SCHED lines\n{stderr}"
+        );
+    }
+}
+
+/// With `dump_on_sigquit`, a start that cannot create the dump's thread
+/// (threads exhausted; or its pipe, fds exhausted) fails with `Err(Io)`
+/// naming it, leaves nothing behind, and a retry then dumps on SIGQUIT.
+/// Before h40 that failure was ignored: `start` returned Ok, and SIGQUIT
+/// later killed the process with its default action (core dump, status
+/// 131) without the dump the config asked for.
+#[test]
+fn failed_sigquit_dump_setup_fails_the_start() {
+    const ENV: &str = "GORO_PROC_DUMP_START_CHILD";
+    if std::env::var(ENV).is_ok() {
+        // The third thread creation (after the template thread and sysmon)
+        // is the dump's.
+        goro::__private::fail_thread_creations(2, 1);
+        let cfg = goro::Config::default().max_procs(2).dump_on_sigquit(true);
+        let r = goro::start(cfg.clone());
+        let msg = r.as_ref().map_err(|e| e.to_string());
+        assert_eq!(
+            msg,
+            Err(
+                "goro: cannot start the runtime: cannot create the SIGQUIT dump thread: \
+                 Resource temporarily unavailable (os error 11)"
+                    .to_string()
+            )
+        );
+        goro::start(cfg).unwrap();
+        goro::run(|| {
+            // SAFETY: signalling our own process; the dump thread exits it.
+            unsafe { libc::kill(libc::getpid(), libc::SIGQUIT) };
+            loop {
+                goro::time::sleep(Duration::from_secs(1));
+            }
+        });
+        return;
+    }
+    let _s = serial();
+    let out = common::self_test_command("failed_sigquit_dump_setup_fails_the_start")
+        .env(ENV, "1")
+        .output()
+        .expect("re-executing the test binary");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}: {stderr}", out.status);
+    assert!(stderr.contains("SIGQUIT: quit"), "{stderr}");
+}
+
+/// The first use of goro can come from a destructor running while its
+/// thread unwinds a panic (a guard whose `drop` shuts a service down with
+/// `goro::run`). std refuses to touch the panic hook then ("cannot modify
+/// the panic hook from a panicking thread"), so goro installs its
+/// goroutine panic report later, from a thread that is not panicking.
+/// Before h40 the runtime start called `take_hook` there: the panic in
+/// the destructor aborted the process ("panic in a destructor during
+/// cleanup"), and had it been caught, the poisoned `Once` would have made
+/// every later spawn panic.
+#[test]
+fn first_start_inside_a_destructor_during_unwinding() {
+    isolated("first_start_inside_a_destructor_during_unwinding", || {
+        static GOT: AtomicUsize = AtomicUsize::new(0);
+        struct Guard;
+        impl Drop for Guard {
+            fn drop(&mut self) {
+                assert!(std::thread::panicking());
+                let v = goro::run(|| goro::spawn(|| 5).join().unwrap());
+                GOT.store(v, SeqCst);
+            }
+        }
+        let r = std::panic::catch_unwind(|| {
+            let _g = Guard;
+            panic!("unwinding through a guard (expected)");
+        });
+        assert!(r.is_err());
+        assert_eq!(GOT.load(SeqCst), 5);
+        // Spawning keeps working, and goroutine panics are still caught.
+        let r = goro::run(|| goro::spawn(|| panic!("in a goroutine (expected)")).join());
+        assert!(r.is_err());
+        assert_eq!(goro::run(|| goro::spawn(|| 7).join().unwrap()), 7);
+    });
+}
