@@ -292,15 +292,21 @@ fn child_timeout_forever() {
         let forms: Vec<goro::JoinHandle<()>> = vec![
             goro::spawn({
                 let rx = rxs[0].clone();
-                move || drop(rx.recv_timeout(Duration::MAX))
+                move || {
+                    let _ = rx.recv_timeout(Duration::MAX);
+                }
             }),
             goro::spawn({
                 let tx = txs[1].clone();
-                move || drop(tx.send_timeout(1, Duration::MAX))
+                move || {
+                    let _ = tx.send_timeout(1, Duration::MAX);
+                }
             }),
             goro::spawn({
                 let rx = rxs[2].clone();
-                move || drop(goro::select_recv_timeout([&rx], Duration::MAX))
+                move || {
+                    let _ = goro::select_recv_timeout([&rx], Duration::MAX);
+                }
             }),
             goro::spawn({
                 let rx = rxs[3].clone();
