@@ -862,6 +862,108 @@ fn udp_send_and_recv() {
     });
 }
 
+/// What a datagram receive returns, as a comparable value.
+fn dgram_outcome<T: std::fmt::Debug>(r: std::io::Result<T>) -> Result<String, (ErrorKind, String)> {
+    r.map(|v| format!("{v:?}"))
+        .map_err(|e| (e.kind(), e.to_string()))
+}
+
+/// std's results for recv, peek and recv_from on a UDP socket and on a
+/// Unix datagram socket whose receiving side is shut down with nothing
+/// queued: blocking calls that return at once (Ok(0) for recv and peek;
+/// for recv_from the kernel reports no source address, which std's UDP
+/// turns into InvalidInput and std's Unix into an unnamed address).
+fn std_dgram_eofs() -> Vec<Result<String, (ErrorKind, String)>> {
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    shutdown_read(&a);
+    let (u, _u2) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    u.shutdown(Shutdown::Read).unwrap();
+    let mut buf = [0u8; 8];
+    vec![
+        dgram_outcome(a.recv(&mut buf)),
+        dgram_outcome(a.peek(&mut buf)),
+        dgram_outcome(a.recv_from(&mut buf)),
+        dgram_outcome(a.peek_from(&mut buf)),
+        dgram_outcome(u.recv(&mut buf)),
+        dgram_outcome(u.recv_from(&mut buf).map(|(n, a)| (n, a.is_unnamed()))),
+    ]
+}
+
+/// The same calls on goro's sockets, each bounded by a 10 s read timeout
+/// (a hang detector: they return at once when right).
+fn goro_dgram_eofs() -> Vec<Result<String, (ErrorKind, String)>> {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    shutdown_read(&a);
+    let (u, _u2) = UnixDatagram::pair().unwrap();
+    u.shutdown(Shutdown::Read).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 8];
+    vec![
+        dgram_outcome(a.recv(&mut buf)),
+        dgram_outcome(a.peek(&mut buf)),
+        dgram_outcome(a.recv_from(&mut buf)),
+        dgram_outcome(a.peek_from(&mut buf)),
+        dgram_outcome(u.recv(&mut buf)),
+        dgram_outcome(u.recv_from(&mut buf).map(|(n, a)| (n, a.is_unnamed()))),
+    ]
+}
+
+/// `shutdown(SHUT_RD)` of a UDP socket, std's or goro's (neither has a
+/// `shutdown` method; std's callers use the raw fd the same way).
+fn shutdown_read(s: &impl AsRawFd) {
+    // SAFETY: shutdown(2) on the socket's own open fd.
+    assert_eq!(unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_RD) }, 0);
+}
+
+/// A datagram receive on a socket whose receiving side is shut down
+/// returns what std's does (`Ok(0)` for recv and peek), in a goroutine
+/// and on a plain thread, and a goroutine parked in `recv` when another
+/// shuts the socket down wakes with `Ok(0)`, as a std thread blocked in
+/// recv does (std's way to stop a receiving thread). Before: the
+/// non-blocking recv returns EAGAIN after a shutdown, so every call
+/// waited for a datagram: `TimedOut` after its timeout here, for ever
+/// without one; on a plain thread it spun in poll(2), which reports the
+/// shutdown at once (found by session h42 diffing std against goro).
+#[test]
+fn datagram_recv_after_shutdown_read_returns_like_std() {
+    let _w = common::watchdog();
+    let _w = init();
+    let want = std_dgram_eofs();
+    assert_eq!(want[0], Ok("0".to_string()), "std's UDP recv");
+    assert_eq!(goro_dgram_eofs(), want, "plain thread");
+    let want2 = want.clone();
+    goro::run(move || {
+        assert_eq!(goro_dgram_eofs(), want2, "goroutine");
+        // A receiver parked before the shutdown wakes, for each type.
+        let a = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let a2 = a.clone();
+        let h = goro::go!(move || dgram_outcome(a2.recv(&mut [0u8; 8])));
+        while !a.__parked(false) && !h.is_finished() {
+            goro::yield_now();
+        }
+        shutdown_read(&a);
+        assert_eq!(h.join().unwrap(), Ok("0".to_string()), "parked UDP recv");
+        let (u, _u2) = UnixDatagram::pair().unwrap();
+        let u = Arc::new(u);
+        u.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let u1 = u.clone();
+        let h = goro::go!(move || dgram_outcome(u1.recv(&mut [0u8; 8])));
+        while !u.__parked(false) && !h.is_finished() {
+            goro::yield_now();
+        }
+        u.shutdown(Shutdown::Read).unwrap();
+        assert_eq!(h.join().unwrap(), Ok("0".to_string()), "parked Unix recv");
+    });
+}
+
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("goro-net-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);

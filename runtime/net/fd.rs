@@ -174,6 +174,31 @@ impl NetFd {
         })
     }
 
+    /// A datagram receive (UDP, Unix datagram): as `read_io`, but once
+    /// the socket's receiving side is shut down (`shutdown(Read)`, seen as
+    /// a read hang-up: `PollDesc::rdhup`), an empty queue ends the call
+    /// with `eof()`, what std's blocking call returns there (its recv
+    /// returns 0), instead of waiting. The non-blocking recv returns
+    /// EAGAIN in that state, and the one edge the shutdown raised is
+    /// spent: before h42 the call waited for a datagram (its timeout, or
+    /// for ever; on a plain thread it spun in poll(2), which reports the
+    /// shutdown at once), where std's returns, which is how std code
+    /// stops a thread blocked in recv. Datagrams queued before or after
+    /// the shutdown are still received first, as in std. No race: the
+    /// flag is set before netpoll readies the waiter for the edge that
+    /// the shutdown raises (or by a thread's own poll), and every retry
+    /// after an EAGAIN reads it.
+    pub(crate) fn dgram_read<R: Outcome>(
+        &self,
+        mut op: impl FnMut() -> io::Result<R>,
+        eof: impl Fn() -> io::Result<R>,
+    ) -> io::Result<R> {
+        self.read_io(|| match op() {
+            Err(e) if would_block(&e) && self.pd.rdhup() => eof(),
+            r => r,
+        })
+    }
+
     /// Like `read_io`, for writability and the write timeout.
     pub(crate) fn write_io<R: Outcome>(&self, op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
         self.io(Mode::Write, deadline(self.timeout(Mode::Write)), op)

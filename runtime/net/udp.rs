@@ -24,16 +24,21 @@ impl UdpSocket {
     }
 
     /// Receives one datagram and its source; parks until one arrives.
-    /// A datagram longer than `buf` is truncated. Errors: recvfrom's, the
+    /// A datagram longer than `buf` is truncated. If the receiving side is
+    /// shut down (`shutdown(2)` with `SHUT_RD` on the fd) and nothing is
+    /// queued, fails at once with std's `InvalidInput` (the kernel reports
+    /// no source address). Errors: recvfrom's, the
     /// read timeout, or the closed error. Go's `UDPConn.ReadFrom`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.fd.read_io(|| self.inner.recv_from(buf))
+        self.fd
+            .dgram_read(|| self.inner.recv_from(buf), no_source_address)
     }
 
     /// Like `recv_from` without consuming the datagram: parks until one
     /// arrives. Errors: as `recv_from`. No Go counterpart.
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.fd.read_io(|| self.inner.peek_from(buf))
+        self.fd
+            .dgram_read(|| self.inner.peek_from(buf), no_source_address)
     }
 
     /// Sends one datagram to `addr` (resolved inside `blocking`, so prefer
@@ -69,11 +74,13 @@ impl UdpSocket {
     }
 
     /// Receives one datagram from the connected peer; parks until one
-    /// arrives. A datagram longer than `buf` is truncated. Errors: recv's
+    /// arrives. A datagram longer than `buf` is truncated. `Ok(0)` at once
+    /// if the receiving side is shut down and nothing is queued, as std's
+    /// (`peek` too). Errors: recv's
     /// (`ConnectionRefused` from an earlier ICMP error), the read timeout,
     /// or the closed error. Go's `UDPConn.Read`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.read_io(|| self.inner.recv(buf))
+        self.fd.dgram_read(|| self.inner.recv(buf), || Ok(0))
     }
 
     /// The bound address: Go's `LocalAddr`. Never blocks. Errors:
@@ -119,7 +126,7 @@ impl UdpSocket {
     /// from the queue; parks until one arrives. Errors: as `recv`. No Go
     /// counterpart.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.read_io(|| self.inner.peek(buf))
+        self.fd.dgram_read(|| self.inner.peek(buf), || Ok(0))
     }
 
     /// A second handle to the same socket (dup), registered separately;
@@ -129,6 +136,17 @@ impl UdpSocket {
         self.fd.check_open()?;
         UdpSocket::try_from(self.inner.try_clone()?)
     }
+}
+
+/// `recv_from`'s and `peek_from`'s result on a socket whose receiving
+/// side is shut down, with nothing queued: std's. Its blocking recvfrom
+/// returns 0 bytes from no address (address length 0), which std turns
+/// into this error; the non-blocking one returns EAGAIN (`dgram_read`).
+fn no_source_address() -> io::Result<(usize, SocketAddr)> {
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "invalid argument",
+    ))
 }
 
 common_socket_methods!(UdpSocket);

@@ -195,17 +195,33 @@ impl UnixDatagram {
     }
 
     /// Receives one datagram and its source; parks until one arrives. A
-    /// datagram longer than `buf` is truncated. Errors: recvfrom's, the
-    /// read timeout, or the closed error. Go's `UnixConn.ReadFrom`.
+    /// datagram longer than `buf` is truncated. Once `shutdown(Read)` ran
+    /// and nothing is queued, returns `Ok((0, unnamed))` at once, as std's.
+    /// Errors: recvfrom's, the read timeout, or the closed error. Go's
+    /// `UnixConn.ReadFrom`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.fd.read_io(|| self.inner.recv_from(buf))
+        self.fd.dgram_read(
+            || self.inner.recv_from(buf),
+            // After `shutdown(Read)` with nothing queued (`dgram_read`):
+            // std's result, 0 bytes from no address, which std reports as
+            // unnamed. An unbound socket's own address is the only way to
+            // make an unnamed `SocketAddr` (std has no constructor); this
+            // path is rare.
+            || {
+                Ok((
+                    0,
+                    std::os::unix::net::UnixDatagram::unbound()?.local_addr()?,
+                ))
+            },
+        )
     }
 
     /// Receives one datagram; parks until one arrives. A datagram longer
-    /// than `buf` is truncated. Errors: recv's, the read timeout, or the
-    /// closed error. Go's `UnixConn.Read`.
+    /// than `buf` is truncated. Once `shutdown(Read)` ran and nothing is
+    /// queued, returns `Ok(0)` at once, as std's. Errors: recv's, the read
+    /// timeout, or the closed error. Go's `UnixConn.Read`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.read_io(|| self.inner.recv(buf))
+        self.fd.dgram_read(|| self.inner.recv(buf), || Ok(0))
     }
 
     /// The local address (unnamed if unbound): Go's `LocalAddr`. Never
