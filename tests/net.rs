@@ -2226,3 +2226,115 @@ fn tcp_streams_have_nodelay_like_go() {
         assert!(!c3.nodelay().unwrap(), "a converted std stream keeps Nagle");
     });
 }
+
+/// Whether `r` is std's `WouldBlock`.
+fn would_block<T: std::fmt::Debug>(r: std::io::Result<T>) -> bool {
+    matches!(&r, Err(e) if e.kind() == ErrorKind::WouldBlock) || {
+        eprintln!("expected WouldBlock, got {r:?}");
+        false
+    }
+}
+
+/// The checks of `set_nonblocking_returns_would_block`, on every type:
+/// in non-blocking mode an operation that would wait returns
+/// `WouldBlock` at once (a read timeout does not apply), one that can
+/// proceed does, and the mode reads back from `into_std` (std keeps it).
+fn nonblocking_checks(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (c, s) = tcp_pair();
+    let mut buf = [0u8; 64 * 1024];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nonblocking(true).unwrap();
+    assert!(would_block((&s).read(&mut buf)), "TcpStream::read");
+    assert!(would_block(s.peek(&mut buf)), "TcpStream::peek");
+    (&c).write_all(b"x").unwrap();
+    // The byte comes, readiness reported by poll(2) on the std side.
+    wait_readable(&s);
+    assert_eq!((&s).read(&mut buf).unwrap(), 1);
+    // Read short: the next read would skip its syscall (stream_read).
+    assert!(
+        would_block((&s).read(&mut buf)),
+        "TcpStream::read after a short read"
+    );
+    c.set_nonblocking(true).unwrap();
+    let mut sent = 0;
+    loop {
+        match (&c).write(&buf) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("TcpStream::write: {e}"),
+        }
+    }
+    assert!(sent > 0);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    assert!(would_block(l.accept()), "TcpListener::accept");
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_nonblocking(true).unwrap();
+    assert!(would_block(u.recv_from(&mut buf)), "UdpSocket::recv_from");
+    let (a, b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    assert!(would_block((&a).read(&mut buf)), "UnixStream::read");
+    let ul = UnixListener::bind(dir.join("nb.sock")).unwrap();
+    ul.set_nonblocking(true).unwrap();
+    assert!(would_block(ul.accept()), "UnixListener::accept");
+    let (d, _d2) = UnixDatagram::pair().unwrap();
+    d.set_nonblocking(true).unwrap();
+    assert!(would_block(d.recv(&mut buf)), "UnixDatagram::recv");
+    // into_std keeps the mode, as std's sockets keep theirs.
+    let a = a.into_std().unwrap();
+    assert!(
+        nonblocking(a.as_raw_fd()),
+        "into_std keeps non-blocking mode"
+    );
+    assert!(would_block((&a).read(&mut buf)), "std after into_std");
+    drop(b);
+}
+
+/// Waits (poll(2), 10 s bound) until `s` is readable.
+fn wait_readable(s: &impl AsRawFd) {
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, 10_000) },
+        1,
+        "not readable in 10 s"
+    );
+}
+
+/// std's `set_nonblocking(true)` on every goro socket type: operations
+/// that would wait return `WouldBlock` at once instead of parking the
+/// goroutine (or blocking the thread), as std's; `set_nonblocking(false)`
+/// parks again; `into_std` keeps the mode. Before h42 goro's types had
+/// no `set_nonblocking` (std's six all have it): code ported from std did
+/// not compile, and setting O_NONBLOCK on the fd by hand changed nothing,
+/// the fd being non-blocking underneath already.
+#[test]
+fn set_nonblocking_returns_would_block() {
+    let _w = common::watchdog();
+    let _w = init();
+    let dir = temp_dir("nonblocking");
+    nonblocking_checks(&dir.join("thread"));
+    let d2 = dir.clone();
+    goro::run(move || {
+        nonblocking_checks(&d2.join("goroutine"));
+        // Back to parking: a reader parks, then wakes with the data.
+        let (c, s) = tcp_pair();
+        s.set_nonblocking(true).unwrap();
+        s.set_nonblocking(false).unwrap();
+        let s = Arc::new(s);
+        let s2 = s.clone();
+        let h = spawn_parked(move || {
+            let mut b = [0u8; 4];
+            (&*s2).read(&mut b).unwrap()
+        });
+        assert!(s.__parked(false) || h.is_finished());
+        (&c).write_all(b"ping").unwrap();
+        assert_eq!(h.join().unwrap(), 4);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,7 +4,7 @@
 
 use super::iolock::{IoLock, Stop};
 use crate::netpoll::{Mode, PollDesc};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -29,6 +29,10 @@ pub(crate) struct NetFd {
     /// stale or torn-by-another-reader value costs one syscall or one wait
     /// for the edge epoll already holds, never a lost wake-up.
     rdrained: AtomicU64,
+    /// std's non-blocking mode (`set_nonblocking(true)`): an operation
+    /// that would wait returns `WouldBlock` instead. Relaxed: a plain
+    /// setting, read at the start of each operation, as the timeouts.
+    nonblocking: AtomicBool,
 }
 
 /// Marks a valid `rdrained` value.
@@ -62,6 +66,7 @@ impl NetFd {
             rtimeout: AtomicU64::new(0),
             wtimeout: AtomicU64::new(0),
             rdrained: AtomicU64::new(0),
+            nonblocking: AtomicBool::new(false),
         })
     }
 
@@ -90,6 +95,16 @@ impl NetFd {
     /// Whether a goroutine is parked waiting for `mode` (tests only).
     pub(crate) fn parked(&self, mode: Mode) -> bool {
         self.pd.parked(mode)
+    }
+
+    /// Sets std's non-blocking mode of this handle (see the field).
+    pub(crate) fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether std's non-blocking mode is on.
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_timeout(&self, mode: Mode, t: Option<Duration>) -> io::Result<()> {
@@ -252,6 +267,12 @@ impl NetFd {
         crate::park::preempt_check();
         if self.pd.is_closing() {
             return Err(closed());
+        }
+        if self.is_nonblocking() {
+            // std's non-blocking mode: one try (a skipped read's too),
+            // EAGAIN being the caller's `WouldBlock`; no wait, no lock,
+            // no timeout (std's SO_RCVTIMEO does not apply either).
+            return self.settle(try_op(&mut op));
         }
         let tick = match skipped_at {
             Some(t) => t,

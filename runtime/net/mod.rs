@@ -11,7 +11,8 @@
 //!
 //! Differences from std worth knowing:
 //! - Timeouts (`set_read_timeout`, …) are per socket object (not shared by
-//!   `try_clone`d handles) and expire with `ErrorKind::TimedOut`.
+//!   `try_clone`d handles) and expire with `ErrorKind::TimedOut`; so is
+//!   std's non-blocking mode (`set_nonblocking`).
 //! - `close(&self)` (Go's `Conn.Close`) wakes goroutines blocked on the
 //!   socket; they and later operations fail with `NotConnected` ("use of
 //!   closed network connection"). The fd itself is closed when the value
@@ -77,7 +78,8 @@ macro_rules! std_conversions {
     ($t:ident, $std:ty, without TryFrom) => {
         impl $t {
             /// Deregisters the socket and returns it as a blocking std
-            /// socket. Never blocks. Errors: fcntl's, if the blocking mode
+            /// socket (non-blocking if `set_nonblocking(true)` was called
+            /// on this handle, as a std socket keeps its mode). Never blocks. Errors: fcntl's, if the blocking mode
             /// cannot be restored (not for an open fd). No Go counterpart
             /// (Go's `File()` returns a dup instead).
             ///
@@ -88,9 +90,12 @@ macro_rules! std_conversions {
             /// move every clone to std.
             pub fn into_std(self) -> std::io::Result<$std> {
                 self.fd.check_open()?;
+                // std's mode as the user set it (`set_nonblocking`), which
+                // a std socket keeps; blocking unless asked.
+                let nonblocking = self.fd.is_nonblocking();
                 let $t { fd, inner } = self;
                 drop(fd);
-                inner.set_nonblocking(false)?;
+                inner.set_nonblocking(nonblocking)?;
                 Ok(inner)
             }
         }
@@ -224,6 +229,22 @@ macro_rules! common_socket_methods {
             pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
                 self.fd.check_open()?;
                 self.fd.set_timeout(crate::netpoll::Mode::Write, t)
+            }
+
+            /// std's `set_nonblocking`: while on, an operation that would
+            /// wait (read, write, accept, recv, send, peek) returns
+            /// `ErrorKind::WouldBlock` at once instead of parking the
+            /// goroutine (or blocking the thread), and the timeouts do not
+            /// apply, as in std. Off by default. The socket is always
+            /// non-blocking underneath; this mode is the handle's, not
+            /// shared with `try_clone` handles (in std it is the socket's),
+            /// and `into_std` (and `IntoRawFd`) keeps it. No Go
+            /// counterpart (Go polls with a past deadline). Never blocks.
+            /// Errors: the closed error after `close`.
+            pub fn set_nonblocking(&self, nonblocking: bool) -> std::io::Result<()> {
+                self.fd.check_open()?;
+                self.fd.set_nonblocking(nonblocking);
+                Ok(())
             }
 
             /// The read timeout (`None`: none). Never blocks and never
