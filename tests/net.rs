@@ -2338,3 +2338,125 @@ fn set_nonblocking_returns_would_block() {
     });
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A Debug string without its `fd: ..., ` field (std prints its own fd
+/// wrapper's Debug there, which differs between versions).
+fn without_fd(s: &str) -> String {
+    let i = s.find("fd: ").expect("an fd field");
+    let j = i + s[i..].find(", ").expect("a field after fd") + 2;
+    format!("{}{}", &s[..i], &s[j..])
+}
+
+/// The outcome of a call, comparable between std and goro.
+fn outcome<T: std::fmt::Debug>(r: std::io::Result<T>) -> Result<String, ErrorKind> {
+    r.map(|v| format!("{v:?}")).map_err(|e| e.kind())
+}
+
+/// The UDP multicast options, read back or failing as on a std socket.
+fn multicast_outcomes(
+    join4: impl Fn(&std::net::Ipv4Addr, &std::net::Ipv4Addr) -> std::io::Result<()>,
+    leave4: impl Fn(&std::net::Ipv4Addr, &std::net::Ipv4Addr) -> std::io::Result<()>,
+    loop4: impl Fn(bool) -> std::io::Result<()>,
+    get_loop4: impl Fn() -> std::io::Result<bool>,
+    ttl4: impl Fn(u32) -> std::io::Result<()>,
+    get_ttl4: impl Fn() -> std::io::Result<u32>,
+    loop6: impl Fn(bool) -> std::io::Result<()>,
+) -> Vec<Result<String, ErrorKind>> {
+    let group = std::net::Ipv4Addr::new(239, 255, 42, 42);
+    let lo = std::net::Ipv4Addr::LOCALHOST;
+    vec![
+        outcome(get_loop4()),
+        outcome(loop4(false)),
+        outcome(get_loop4()),
+        outcome(get_ttl4()),
+        outcome(ttl4(7)),
+        outcome(get_ttl4()),
+        outcome(join4(&group, &lo)),
+        outcome(leave4(&group, &lo)),
+        outcome(loop6(true)),
+    ]
+}
+
+/// std's methods that goro's types lacked until h42 (they did not
+/// compile before): the Unix types' `bind_addr`, `connect_addr` and
+/// `send_to_addr`, the only way to use an abstract name (Linux, no file),
+/// exchanging data over each; `UdpSocket`'s multicast options, with the
+/// same outcomes as on a std socket; and std's `Debug` of the Unix types
+/// (fd, local and peer addresses; before: the fd alone), compared with the
+/// std socket `into_std` gives back for the same fd (but the fd's form).
+#[test]
+fn std_methods_abstract_names_multicast_debug() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::SocketAddr as UnixAddr;
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let name = format!("goro-h42-{}", std::process::id());
+        let addr = UnixAddr::from_abstract_name(format!("{name}-s")).unwrap();
+        let l = UnixListener::bind_addr(&addr).unwrap();
+        let c = UnixStream::connect_addr(&addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (&c).write_all(b"abstract").unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!((&s).read(&mut buf).unwrap(), 8);
+        assert_eq!(
+            c.peer_addr().unwrap().as_abstract_name(),
+            Some(format!("{name}-s").as_bytes())
+        );
+        // Debug as std's, for the same fd.
+        let dl = format!("{l:?}");
+        assert!(dl.contains("local"), "{dl}");
+        assert_eq!(
+            without_fd(&dl),
+            without_fd(&format!("{:?}", l.into_std().unwrap()))
+        );
+        let dc = format!("{c:?}");
+        assert!(dc.contains("peer"), "{dc}");
+        assert_eq!(
+            without_fd(&dc),
+            without_fd(&format!("{:?}", c.into_std().unwrap()))
+        );
+        let da = UnixAddr::from_abstract_name(format!("{name}-a")).unwrap();
+        let db = UnixAddr::from_abstract_name(format!("{name}-b")).unwrap();
+        let a = UnixDatagram::bind_addr(&da).unwrap();
+        let b = UnixDatagram::bind_addr(&db).unwrap();
+        assert_eq!(a.send_to_addr(b"one", &db).unwrap(), 3);
+        let (n, from) = b.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"one");
+        assert_eq!(from.as_abstract_name(), da.as_abstract_name());
+        b.connect_addr(&da).unwrap();
+        assert_eq!(b.send(b"two").unwrap(), 3);
+        assert_eq!(a.recv(&mut buf).unwrap(), 3);
+        let dd = format!("{b:?}");
+        assert!(dd.contains("peer"), "{dd}");
+        assert_eq!(
+            without_fd(&dd),
+            without_fd(&format!("{:?}", b.into_std().unwrap()))
+        );
+        // Multicast options: the same outcomes as std's (joining may fail
+        // where loopback has no multicast route; then it fails for both).
+        let su = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let want = multicast_outcomes(
+            |g, i| su.join_multicast_v4(g, i),
+            |g, i| su.leave_multicast_v4(g, i),
+            |on| su.set_multicast_loop_v4(on),
+            || su.multicast_loop_v4(),
+            |t| su.set_multicast_ttl_v4(t),
+            || su.multicast_ttl_v4(),
+            |on| su.set_multicast_loop_v6(on),
+        );
+        let gu = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let got = multicast_outcomes(
+            |g, i| gu.join_multicast_v4(g, i),
+            |g, i| gu.leave_multicast_v4(g, i),
+            |on| gu.set_multicast_loop_v4(on),
+            || gu.multicast_loop_v4(),
+            |t| gu.set_multicast_ttl_v4(t),
+            || gu.multicast_ttl_v4(),
+            |on| gu.set_multicast_loop_v6(on),
+        );
+        assert_eq!(got, want);
+        assert_eq!(want[2], Ok("false".to_string()));
+        assert_eq!(want[5], Ok("7".to_string()));
+    });
+}

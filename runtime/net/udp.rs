@@ -3,7 +3,7 @@
 use super::fd::{resolve, send_nosignal, NetFd};
 use super::{common_socket_methods, std_conversions};
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 
 /// A UDP socket (Go's net.UDPConn; std's `UdpSocket` shape). Receives park
@@ -120,6 +120,71 @@ impl UdpSocket {
     /// counterpart in net (x/net/ipv4's `PacketConn.TTL`).
     pub fn ttl(&self) -> io::Result<u32> {
         self.inner.ttl()
+    }
+
+    /// Joins the IPv4 multicast group `multiaddr` on the interface with
+    /// address `interface` (std's `join_multicast_v4`; Go's
+    /// `ListenMulticastUDP`). Never blocks. Errors: setsockopt's.
+    pub fn join_multicast_v4(&self, multiaddr: &Ipv4Addr, interface: &Ipv4Addr) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.join_multicast_v4(multiaddr, interface)
+    }
+
+    /// Joins the IPv6 multicast group `multiaddr` on interface index
+    /// `interface` (0: the default). Never blocks. Errors: setsockopt's.
+    pub fn join_multicast_v6(&self, multiaddr: &Ipv6Addr, interface: u32) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.join_multicast_v6(multiaddr, interface)
+    }
+
+    /// Leaves a group joined with `join_multicast_v4`. Never blocks.
+    /// Errors: setsockopt's.
+    pub fn leave_multicast_v4(&self, multiaddr: &Ipv4Addr, interface: &Ipv4Addr) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.leave_multicast_v4(multiaddr, interface)
+    }
+
+    /// Leaves a group joined with `join_multicast_v6`. Never blocks.
+    /// Errors: setsockopt's.
+    pub fn leave_multicast_v6(&self, multiaddr: &Ipv6Addr, interface: u32) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.leave_multicast_v6(multiaddr, interface)
+    }
+
+    /// Sets IP_MULTICAST_LOOP (whether this host receives its own IPv4
+    /// multicast). Never blocks. Errors: setsockopt's.
+    pub fn set_multicast_loop_v4(&self, on: bool) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.set_multicast_loop_v4(on)
+    }
+
+    /// IP_MULTICAST_LOOP's value. Never blocks. Errors: getsockopt's.
+    pub fn multicast_loop_v4(&self) -> io::Result<bool> {
+        self.inner.multicast_loop_v4()
+    }
+
+    /// Sets IP_MULTICAST_TTL (hops of IPv4 multicast; 1 by default).
+    /// Never blocks. Errors: setsockopt's.
+    pub fn set_multicast_ttl_v4(&self, ttl: u32) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.set_multicast_ttl_v4(ttl)
+    }
+
+    /// IP_MULTICAST_TTL's value. Never blocks. Errors: getsockopt's.
+    pub fn multicast_ttl_v4(&self) -> io::Result<u32> {
+        self.inner.multicast_ttl_v4()
+    }
+
+    /// Sets IPV6_MULTICAST_LOOP. Never blocks. Errors: setsockopt's
+    /// (an IPv4 socket's).
+    pub fn set_multicast_loop_v6(&self, on: bool) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.set_multicast_loop_v6(on)
+    }
+
+    /// IPV6_MULTICAST_LOOP's value. Never blocks. Errors: getsockopt's.
+    pub fn multicast_loop_v6(&self) -> io::Result<bool> {
+        self.inner.multicast_loop_v6()
     }
 
     /// Receives one datagram from the connected peer without removing it

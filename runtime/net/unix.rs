@@ -23,6 +23,14 @@ impl UnixListener {
         UnixListener::try_from(std::os::unix::net::UnixListener::bind(path)?)
     }
 
+    /// Binds and listens on `addr` (std's `bind_addr`): a path, or an
+    /// abstract name (Linux: `SocketAddrExt::from_abstract_name`), which
+    /// needs no file. Never blocks. Errors: bind's (e.g. `AddrInUse`) or
+    /// the poller's registration. No Go counterpart (Go's "@name").
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
+        UnixListener::try_from(std::os::unix::net::UnixListener::bind_addr(addr)?)
+    }
+
     /// Accepts a connection; parks until one arrives. Errors: accept's,
     /// the read timeout, or the closed error.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
@@ -85,6 +93,14 @@ impl UnixStream {
     /// `ConnectionRefused`).
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
         let s = crate::blocking(|| std::os::unix::net::UnixStream::connect(path))?;
+        UnixStream::try_from(s)
+    }
+
+    /// Connects to the socket at `addr` (std's `connect_addr`): a path or
+    /// an abstract name. Runs inside `blocking`, as `connect`. Errors:
+    /// connect's (e.g. `ConnectionRefused`).
+    pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
+        let s = crate::blocking(|| std::os::unix::net::UnixStream::connect_addr(addr))?;
         UnixStream::try_from(s)
     }
 
@@ -153,6 +169,12 @@ impl UnixDatagram {
         UnixDatagram::try_from(std::os::unix::net::UnixDatagram::bind(path)?)
     }
 
+    /// Binds to `addr` (std's `bind_addr`): a path or an abstract name.
+    /// Never blocks. Errors: bind's or the poller's registration.
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixDatagram> {
+        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::bind_addr(addr)?)
+    }
+
     /// An unbound socket (it can still `send_to`). Never blocks. Errors:
     /// socket's (`EMFILE`) or the poller's registration. No Go counterpart.
     pub fn unbound() -> io::Result<UnixDatagram> {
@@ -173,6 +195,20 @@ impl UnixDatagram {
     pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
         self.fd.check_open()?;
         self.inner.connect(path)
+    }
+
+    /// Sets the default peer to `addr` (std's `connect_addr`): a path or
+    /// an abstract name. Never blocks. Errors: connect's.
+    pub fn connect_addr(&self, addr: &SocketAddr) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.connect_addr(addr)
+    }
+
+    /// Sends one datagram to `addr` (std's `send_to_addr`): a path or an
+    /// abstract name; parks while the peer's queue is full. Returns the
+    /// bytes sent. Errors: as `send_to`.
+    pub fn send_to_addr(&self, buf: &[u8], addr: &SocketAddr) -> io::Result<usize> {
+        self.fd.write_io(|| self.inner.send_to_addr(buf, addr))
     }
 
     /// Sends one datagram to `path`; parks while the peer's queue is full.
@@ -255,20 +291,29 @@ impl UnixDatagram {
 common_socket_methods!(UnixDatagram);
 std_conversions!(UnixDatagram, std::os::unix::net::UnixDatagram);
 
+/// std's Debug for the Unix types: the fd, then the local address and
+/// (but for listeners) the peer's, each when it can be read. (Until h42:
+/// the fd alone.)
 macro_rules! unix_debug {
-    ($t:ident) => {
+    ($t:ident $(, $peer:ident)?) => {
         impl std::fmt::Debug for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($t))
-                    .field("fd", &self.inner.as_raw_fd())
-                    .finish()
+                let mut b = f.debug_struct(stringify!($t));
+                b.field("fd", &self.inner.as_raw_fd());
+                if let Ok(a) = self.inner.local_addr() {
+                    b.field("local", &a);
+                }
+                $(if let Ok(a) = self.inner.$peer() {
+                    b.field("peer", &a);
+                })?
+                b.finish()
             }
         }
     };
 }
 unix_debug!(UnixListener);
-unix_debug!(UnixStream);
-unix_debug!(UnixDatagram);
+unix_debug!(UnixStream, peer_addr);
+unix_debug!(UnixDatagram, peer_addr);
 
 impl core::fmt::Debug for UnixIncoming<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
