@@ -2460,3 +2460,64 @@ fn std_methods_abstract_names_multicast_debug() {
         assert_eq!(want[5], Ok("7".to_string()));
     });
 }
+
+/// std's timeouts stay with a socket across the conversions, as they do
+/// between std's own types (they are SO_RCVTIMEO and SO_SNDTIMEO): in,
+/// a std socket's timeouts become the goro handle's, and a read that
+/// timed out under std times out here; out, `into_std` (and `IntoRawFd`)
+/// hands the goro handle's timeouts to the std socket, `None` clearing
+/// one. `try_clone` still copies none. Before h42 both ways dropped them:
+/// `read_timeout()` read `None` after `From<std>` (the read waited for
+/// ever), and `into_std` gave back whatever SO_RCVTIMEO held when the
+/// socket came in (200 ms, where the goro handle had 100 ms).
+#[test]
+fn timeouts_travel_with_std_conversions() {
+    use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+    let _w = common::watchdog();
+    let _w = init();
+    let ms = Duration::from_millis;
+    goro::run(move || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _peer = l.accept().unwrap();
+        c.set_read_timeout(Some(ms(200))).unwrap();
+        c.set_write_timeout(Some(ms(300))).unwrap();
+        let g = TcpStream::from(c);
+        assert_eq!(g.read_timeout().unwrap(), Some(ms(200)), "From<std>");
+        assert_eq!(g.write_timeout().unwrap(), Some(ms(300)), "From<std>");
+        // The adopted timeout ends the read (the watchdog bounds a hang).
+        let e = (&g).read(&mut [0u8; 4]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut);
+        assert_eq!(
+            g.try_clone().unwrap().read_timeout().unwrap(),
+            None,
+            "try_clone"
+        );
+        g.set_read_timeout(Some(ms(100))).unwrap();
+        g.set_write_timeout(None).unwrap();
+        let s = g.into_std().unwrap();
+        assert_eq!(s.read_timeout().unwrap(), Some(ms(100)), "into_std");
+        assert_eq!(s.write_timeout().unwrap(), None, "into_std");
+        // The fd conversions, on a datagram socket.
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.set_read_timeout(Some(ms(200))).unwrap();
+        let g = UdpSocket::from(OwnedFd::from(u));
+        assert_eq!(g.read_timeout().unwrap(), Some(ms(200)), "From<OwnedFd>");
+        g.set_read_timeout(Some(Duration::from_nanos(10))).unwrap();
+        // SAFETY: into_raw_fd gave up ownership of the open fd.
+        let u = unsafe { std::net::UdpSocket::from_raw_fd(g.into_raw_fd()) };
+        // What the kernel makes of std's 1 us (it rounds up to a tick).
+        let tick = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tick.set_read_timeout(Some(Duration::from_micros(1)))
+            .unwrap();
+        assert_eq!(
+            u.read_timeout().unwrap(),
+            tick.read_timeout().unwrap(),
+            "IntoRawFd: under 1 us rounds up, not to none"
+        );
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_write_timeout(Some(ms(400))).unwrap();
+        let g = UnixStream::try_from(a).unwrap();
+        assert_eq!(g.write_timeout().unwrap(), Some(ms(400)), "TryFrom");
+    });
+}

@@ -97,6 +97,35 @@ impl NetFd {
         self.pd.parked(mode)
     }
 
+    /// Takes the socket's SO_RCVTIMEO and SO_SNDTIMEO as this handle's
+    /// timeouts: a std socket converted in keeps the timeouts std set on
+    /// it (its fd is non-blocking from now on, so the kernel no longer
+    /// applies them). Errors are ignored (an fd that is not a socket has
+    /// none; nothing checks the kind, as in std). Until h42 they were
+    /// dropped: a read that timed out under std waited for ever here.
+    pub(crate) fn adopt_timeouts(&self, s: &impl std::os::fd::AsFd) {
+        let s = socket2::SockRef::from(s);
+        if let Ok(t) = s.read_timeout() {
+            let _ = self.set_timeout(Mode::Read, t);
+        }
+        if let Ok(t) = s.write_timeout() {
+            let _ = self.set_timeout(Mode::Write, t);
+        }
+    }
+
+    /// Sets this handle's timeouts as the socket's SO_RCVTIMEO and
+    /// SO_SNDTIMEO (`None` clears them), for a socket converted out: the
+    /// std socket then times out as this handle did (before h42 it kept
+    /// whatever SO_RCVTIMEO held when it was converted in). A timeout
+    /// under a microsecond is rounded up to one (zero would mean none).
+    /// Errors are ignored, as in `adopt_timeouts`.
+    pub(crate) fn hand_over_timeouts(&self, s: &impl std::os::fd::AsFd) {
+        let s = socket2::SockRef::from(s);
+        let us = |t: Option<Duration>| t.map(|d| d.max(Duration::from_micros(1)));
+        let _ = s.set_read_timeout(us(self.timeout(Mode::Read)));
+        let _ = s.set_write_timeout(us(self.timeout(Mode::Write)));
+    }
+
     /// Sets std's non-blocking mode of this handle (see the field).
     pub(crate) fn set_nonblocking(&self, on: bool) {
         self.nonblocking.store(on, Ordering::Relaxed);

@@ -60,13 +60,26 @@ macro_rules! std_conversions {
         impl TryFrom<$std> for $t {
             type Error = std::io::Error;
             /// Takes over a std socket: makes it non-blocking and registers
-            /// it with the poller. Errors: fcntl's or epoll_ctl's (resource
-            /// exhaustion).
+            /// it with the poller; its timeouts (SO_RCVTIMEO, SO_SNDTIMEO,
+            /// std's `set_read_timeout`) become this handle's. Errors:
+            /// fcntl's or epoll_ctl's (resource exhaustion).
             ///
             /// The non-blocking mode belongs to the socket, not the handle:
             /// std handles cloned from it (`try_clone`, dup) become
             /// non-blocking too and return `WouldBlock` where they blocked.
             fn try_from(inner: $std) -> std::io::Result<$t> {
+                let t = $t::wrap(inner)?;
+                t.fd.adopt_timeouts(&t.inner);
+                Ok(t)
+            }
+        }
+
+        impl $t {
+            /// A fresh socket of ours (bind, accept, connect, pair,
+            /// try_clone): non-blocking, then registered. Unlike
+            /// `try_from`, takes no timeouts from the socket (it has none
+            /// of the user's), which saves two getsockopt calls.
+            fn wrap(inner: $std) -> std::io::Result<$t> {
                 inner.set_nonblocking(true)?;
                 Ok($t {
                     fd: super::fd::NetFd::new(std::os::fd::AsRawFd::as_raw_fd(&inner))?,
@@ -79,7 +92,10 @@ macro_rules! std_conversions {
         impl $t {
             /// Deregisters the socket and returns it as a blocking std
             /// socket (non-blocking if `set_nonblocking(true)` was called
-            /// on this handle, as a std socket keeps its mode). Never blocks. Errors: fcntl's, if the blocking mode
+            /// on this handle, as a std socket keeps its mode), with this
+            /// handle's read and write timeouts as its SO_RCVTIMEO and
+            /// SO_SNDTIMEO (`None` clears them), as std's timeouts stay
+            /// with a socket across conversions. Never blocks. Errors: fcntl's, if the blocking mode
             /// cannot be restored (not for an open fd). No Go counterpart
             /// (Go's `File()` returns a dup instead).
             ///
@@ -94,6 +110,7 @@ macro_rules! std_conversions {
                 // a std socket keeps; blocking unless asked.
                 let nonblocking = self.fd.is_nonblocking();
                 let $t { fd, inner } = self;
+                fd.hand_over_timeouts(&inner);
                 drop(fd);
                 inner.set_nonblocking(nonblocking)?;
                 Ok(inner)

@@ -20,7 +20,7 @@ impl UdpSocket {
     /// `blocking`. Errors: resolution or bind errors.
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<UdpSocket> {
         let addrs = resolve(addr)?;
-        UdpSocket::try_from(std::net::UdpSocket::bind(&addrs[..])?)
+        UdpSocket::wrap(std::net::UdpSocket::bind(&addrs[..])?)
     }
 
     /// Receives one datagram and its source; parks until one arrives.
@@ -199,7 +199,7 @@ impl UdpSocket {
     /// the poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         self.fd.check_open()?;
-        UdpSocket::try_from(self.inner.try_clone()?)
+        UdpSocket::wrap(self.inner.try_clone()?)
     }
 }
 

@@ -20,7 +20,7 @@ impl UnixListener {
     /// Binds and listens on the filesystem `path` (which must not exist).
     /// Errors: bind's (e.g. `AddrInUse`).
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
-        UnixListener::try_from(std::os::unix::net::UnixListener::bind(path)?)
+        UnixListener::wrap(std::os::unix::net::UnixListener::bind(path)?)
     }
 
     /// Binds and listens on `addr` (std's `bind_addr`): a path, or an
@@ -28,14 +28,14 @@ impl UnixListener {
     /// needs no file. Never blocks. Errors: bind's (e.g. `AddrInUse`) or
     /// the poller's registration. No Go counterpart (Go's "@name").
     pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
-        UnixListener::try_from(std::os::unix::net::UnixListener::bind_addr(addr)?)
+        UnixListener::wrap(std::os::unix::net::UnixListener::bind_addr(addr)?)
     }
 
     /// Accepts a connection; parks until one arrives. Errors: accept's,
     /// the read timeout, or the closed error.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (s, a) = self.fd.read_io(|| self.inner.accept())?;
-        Ok((UnixStream::try_from(s)?, a))
+        Ok((UnixStream::wrap(s)?, a))
     }
 
     /// Endless iterator of accepted streams with the same EMFILE backoff
@@ -59,7 +59,7 @@ impl UnixListener {
     /// exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
         self.fd.check_open()?;
-        UnixListener::try_from(self.inner.try_clone()?)
+        UnixListener::wrap(self.inner.try_clone()?)
     }
 }
 
@@ -93,7 +93,7 @@ impl UnixStream {
     /// `ConnectionRefused`).
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
         let s = crate::blocking(|| std::os::unix::net::UnixStream::connect(path))?;
-        UnixStream::try_from(s)
+        UnixStream::wrap(s)
     }
 
     /// Connects to the socket at `addr` (std's `connect_addr`): a path or
@@ -101,7 +101,7 @@ impl UnixStream {
     /// connect's (e.g. `ConnectionRefused`).
     pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
         let s = crate::blocking(|| std::os::unix::net::UnixStream::connect_addr(addr))?;
-        UnixStream::try_from(s)
+        UnixStream::wrap(s)
     }
 
     /// A connected pair (socketpair(2)). Never blocks. Errors:
@@ -109,7 +109,7 @@ impl UnixStream {
     /// counterpart in net (`syscall.Socketpair` and `net.FileConn`).
     pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
         let (a, b) = std::os::unix::net::UnixStream::pair()?;
-        Ok((UnixStream::try_from(a)?, UnixStream::try_from(b)?))
+        Ok((UnixStream::wrap(a)?, UnixStream::wrap(b)?))
     }
 
     fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -146,7 +146,7 @@ impl UnixStream {
     /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
         self.fd.check_open()?;
-        UnixStream::try_from(self.inner.try_clone()?)
+        UnixStream::wrap(self.inner.try_clone()?)
     }
 }
 
@@ -166,19 +166,19 @@ impl UnixDatagram {
     /// `net.ListenUnixgram`. Never blocks. Errors: bind's (e.g. `AddrInUse`,
     /// `NotFound` for a missing directory) or the poller's registration.
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixDatagram> {
-        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::bind(path)?)
+        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::bind(path)?)
     }
 
     /// Binds to `addr` (std's `bind_addr`): a path or an abstract name.
     /// Never blocks. Errors: bind's or the poller's registration.
     pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixDatagram> {
-        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::bind_addr(addr)?)
+        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::bind_addr(addr)?)
     }
 
     /// An unbound socket (it can still `send_to`). Never blocks. Errors:
     /// socket's (`EMFILE`) or the poller's registration. No Go counterpart.
     pub fn unbound() -> io::Result<UnixDatagram> {
-        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::unbound()?)
+        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::unbound()?)
     }
 
     /// A connected pair (socketpair(2)). Never blocks. Errors:
@@ -186,7 +186,7 @@ impl UnixDatagram {
     /// counterpart in net (`syscall.Socketpair` and `net.FileConn`).
     pub fn pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
         let (a, b) = std::os::unix::net::UnixDatagram::pair()?;
-        Ok((UnixDatagram::try_from(a)?, UnixDatagram::try_from(b)?))
+        Ok((UnixDatagram::wrap(a)?, UnixDatagram::wrap(b)?))
     }
 
     /// Sets the default peer for `send`/`recv`: Go's
@@ -284,7 +284,7 @@ impl UnixDatagram {
     /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
         self.fd.check_open()?;
-        UnixDatagram::try_from(self.inner.try_clone()?)
+        UnixDatagram::wrap(self.inner.try_clone()?)
     }
 }
 
