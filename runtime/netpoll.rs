@@ -198,6 +198,9 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
             if ev & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
                 pd.rclosed.store(true, Ordering::SeqCst);
             }
+            if ev & libc::EPOLLRDHUP as u32 != 0 {
+                pd.rdhup.store(true, Ordering::SeqCst);
+            }
             pd.rtick.fetch_add(1, Ordering::SeqCst);
             ready_cold(&pd.rg, out);
         }
@@ -251,7 +254,7 @@ pub(crate) enum Mode {
 
 /// Go's pollDesc: the poller's record of one registered fd.
 ///
-/// One cache line (56 bytes of fields, aligned to 64): netpoll's
+/// One cache line (63 bytes of fields, aligned to 64): netpoll's
 /// harvest and the waiter's checks each cost at most one miss on a
 /// descriptor that sat idle; malloc's 16-byte alignment let three in four
 /// straddle two lines (docs/BENCHMARKS.md, session 27).
@@ -293,6 +296,14 @@ pub(crate) struct PollDesc {
     /// leave an EOF or error behind whose edge is spent, so reads never
     /// skip their syscall again. Set (SeqCst) before the tick bump.
     rclosed: AtomicBool,
+    /// Sticky: the fd was seen with EPOLLRDHUP (by netpoll) or POLLRDHUP
+    /// (by a thread's poll(2) in `wait_thread`). For a datagram socket
+    /// that is exactly "its receiving side is shut down" (the kernel's
+    /// RCV_SHUTDOWN, which nothing clears), the state in which std's
+    /// blocking recv returns 0 but the non-blocking one EAGAIN, with no
+    /// further edge to wait for (net/fd.rs `dgram_read`). Set (SeqCst)
+    /// before the tick bump, as `rclosed`.
+    rdhup: AtomicBool,
     /// The deadline timers, allocated at the descriptor's first timed wait
     /// and kept for its lifetime and its recycled ones (`deadlines`).
     /// Acquire/Release: the CAS that installs them publishes their
@@ -327,6 +338,7 @@ impl PollDesc {
                 rtick: AtomicU32::new(0),
                 wtick: AtomicU32::new(0),
                 rclosed: AtomicBool::new(false),
+                rdhup: AtomicBool::new(false),
                 dl: core::sync::atomic::AtomicPtr::new(core::ptr::null_mut()),
             }))
         });
@@ -341,6 +353,7 @@ impl PollDesc {
         pd.rg.store(PD_NIL, Ordering::Relaxed);
         pd.wg.store(PD_NIL, Ordering::Relaxed);
         pd.rclosed.store(false, Ordering::Relaxed);
+        pd.rdhup.store(false, Ordering::Relaxed);
         let tag = pd.fdseq.load(Ordering::Relaxed) & TAG_MASK;
         let mut ev = libc::epoll_event {
             events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
@@ -371,6 +384,13 @@ impl PollDesc {
     #[inline]
     pub(crate) fn rclosed(&self) -> bool {
         self.rclosed.load(Ordering::SeqCst)
+    }
+
+    /// Whether a read-side hang-up (EPOLLRDHUP / POLLRDHUP) was seen
+    /// (sticky; see the field).
+    #[inline]
+    pub(crate) fn rdhup(&self) -> bool {
+        self.rdhup.load(Ordering::SeqCst)
     }
 
     /// The registered fd.
@@ -524,7 +544,14 @@ impl PollDesc {
             }
         };
         // SAFETY: pfd is one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, timeout) };
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout) };
+        // What netpoll records from EPOLLRDHUP, for a thread that never
+        // meets netpoll: a shut-down datagram socket polls readable at
+        // once while its recv keeps returning EAGAIN (`dgram_read`).
+        // SeqCst, as netpoll's store (a plain flag read after our retry).
+        if n > 0 && pfd.revents & libc::POLLRDHUP != 0 {
+            self.rdhup.store(true, Ordering::SeqCst);
+        }
     }
 }
 

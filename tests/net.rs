@@ -862,6 +862,108 @@ fn udp_send_and_recv() {
     });
 }
 
+/// What a datagram receive returns, as a comparable value.
+fn dgram_outcome<T: std::fmt::Debug>(r: std::io::Result<T>) -> Result<String, (ErrorKind, String)> {
+    r.map(|v| format!("{v:?}"))
+        .map_err(|e| (e.kind(), e.to_string()))
+}
+
+/// std's results for recv, peek and recv_from on a UDP socket and on a
+/// Unix datagram socket whose receiving side is shut down with nothing
+/// queued: blocking calls that return at once (Ok(0) for recv and peek;
+/// for recv_from the kernel reports no source address, which std's UDP
+/// turns into InvalidInput and std's Unix into an unnamed address).
+fn std_dgram_eofs() -> Vec<Result<String, (ErrorKind, String)>> {
+    let a = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    shutdown_read(&a);
+    let (u, _u2) = std::os::unix::net::UnixDatagram::pair().unwrap();
+    u.shutdown(Shutdown::Read).unwrap();
+    let mut buf = [0u8; 8];
+    vec![
+        dgram_outcome(a.recv(&mut buf)),
+        dgram_outcome(a.peek(&mut buf)),
+        dgram_outcome(a.recv_from(&mut buf)),
+        dgram_outcome(a.peek_from(&mut buf)),
+        dgram_outcome(u.recv(&mut buf)),
+        dgram_outcome(u.recv_from(&mut buf).map(|(n, a)| (n, a.is_unnamed()))),
+    ]
+}
+
+/// The same calls on goro's sockets, each bounded by a 10 s read timeout
+/// (a hang detector: they return at once when right).
+fn goro_dgram_eofs() -> Vec<Result<String, (ErrorKind, String)>> {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    a.connect(b.local_addr().unwrap()).unwrap();
+    shutdown_read(&a);
+    let (u, _u2) = UnixDatagram::pair().unwrap();
+    u.shutdown(Shutdown::Read).unwrap();
+    a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 8];
+    vec![
+        dgram_outcome(a.recv(&mut buf)),
+        dgram_outcome(a.peek(&mut buf)),
+        dgram_outcome(a.recv_from(&mut buf)),
+        dgram_outcome(a.peek_from(&mut buf)),
+        dgram_outcome(u.recv(&mut buf)),
+        dgram_outcome(u.recv_from(&mut buf).map(|(n, a)| (n, a.is_unnamed()))),
+    ]
+}
+
+/// `shutdown(SHUT_RD)` of a UDP socket, std's or goro's (neither has a
+/// `shutdown` method; std's callers use the raw fd the same way).
+fn shutdown_read(s: &impl AsRawFd) {
+    // SAFETY: shutdown(2) on the socket's own open fd.
+    assert_eq!(unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_RD) }, 0);
+}
+
+/// A datagram receive on a socket whose receiving side is shut down
+/// returns what std's does (`Ok(0)` for recv and peek), in a goroutine
+/// and on a plain thread, and a goroutine parked in `recv` when another
+/// shuts the socket down wakes with `Ok(0)`, as a std thread blocked in
+/// recv does (std's way to stop a receiving thread). Before: the
+/// non-blocking recv returns EAGAIN after a shutdown, so every call
+/// waited for a datagram: `TimedOut` after its timeout here, for ever
+/// without one; on a plain thread it spun in poll(2), which reports the
+/// shutdown at once (found by session h42 diffing std against goro).
+#[test]
+fn datagram_recv_after_shutdown_read_returns_like_std() {
+    let _w = common::watchdog();
+    let _w = init();
+    let want = std_dgram_eofs();
+    assert_eq!(want[0], Ok("0".to_string()), "std's UDP recv");
+    assert_eq!(goro_dgram_eofs(), want, "plain thread");
+    let want2 = want.clone();
+    goro::run(move || {
+        assert_eq!(goro_dgram_eofs(), want2, "goroutine");
+        // A receiver parked before the shutdown wakes, for each type.
+        let a = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.connect(b.local_addr().unwrap()).unwrap();
+        a.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let a2 = a.clone();
+        let h = goro::go!(move || dgram_outcome(a2.recv(&mut [0u8; 8])));
+        while !a.__parked(false) && !h.is_finished() {
+            goro::yield_now();
+        }
+        shutdown_read(&a);
+        assert_eq!(h.join().unwrap(), Ok("0".to_string()), "parked UDP recv");
+        let (u, _u2) = UnixDatagram::pair().unwrap();
+        let u = Arc::new(u);
+        u.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let u1 = u.clone();
+        let h = goro::go!(move || dgram_outcome(u1.recv(&mut [0u8; 8])));
+        while !u.__parked(false) && !h.is_finished() {
+            goro::yield_now();
+        }
+        u.shutdown(Shutdown::Read).unwrap();
+        assert_eq!(h.join().unwrap(), Ok("0".to_string()), "parked Unix recv");
+    });
+}
+
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("goro-net-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
@@ -2122,5 +2224,300 @@ fn tcp_streams_have_nodelay_like_go() {
         assert!(!std_c.nodelay().unwrap());
         let c3 = TcpStream::from(std_c);
         assert!(!c3.nodelay().unwrap(), "a converted std stream keeps Nagle");
+    });
+}
+
+/// Whether `r` is std's `WouldBlock`.
+fn would_block<T: std::fmt::Debug>(r: std::io::Result<T>) -> bool {
+    matches!(&r, Err(e) if e.kind() == ErrorKind::WouldBlock) || {
+        eprintln!("expected WouldBlock, got {r:?}");
+        false
+    }
+}
+
+/// The checks of `set_nonblocking_returns_would_block`, on every type:
+/// in non-blocking mode an operation that would wait returns
+/// `WouldBlock` at once (a read timeout does not apply), one that can
+/// proceed does, and the mode reads back from `into_std` (std keeps it).
+fn nonblocking_checks(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (c, s) = tcp_pair();
+    let mut buf = [0u8; 64 * 1024];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_nonblocking(true).unwrap();
+    assert!(would_block((&s).read(&mut buf)), "TcpStream::read");
+    assert!(would_block(s.peek(&mut buf)), "TcpStream::peek");
+    (&c).write_all(b"x").unwrap();
+    // The byte comes, readiness reported by poll(2) on the std side.
+    wait_readable(&s);
+    assert_eq!((&s).read(&mut buf).unwrap(), 1);
+    // Read short: the next read would skip its syscall (stream_read).
+    assert!(
+        would_block((&s).read(&mut buf)),
+        "TcpStream::read after a short read"
+    );
+    c.set_nonblocking(true).unwrap();
+    let mut sent = 0;
+    loop {
+        match (&c).write(&buf) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) => panic!("TcpStream::write: {e}"),
+        }
+    }
+    assert!(sent > 0);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    assert!(would_block(l.accept()), "TcpListener::accept");
+    let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_nonblocking(true).unwrap();
+    assert!(would_block(u.recv_from(&mut buf)), "UdpSocket::recv_from");
+    let (a, b) = UnixStream::pair().unwrap();
+    a.set_nonblocking(true).unwrap();
+    assert!(would_block((&a).read(&mut buf)), "UnixStream::read");
+    let ul = UnixListener::bind(dir.join("nb.sock")).unwrap();
+    ul.set_nonblocking(true).unwrap();
+    assert!(would_block(ul.accept()), "UnixListener::accept");
+    let (d, _d2) = UnixDatagram::pair().unwrap();
+    d.set_nonblocking(true).unwrap();
+    assert!(would_block(d.recv(&mut buf)), "UnixDatagram::recv");
+    // into_std keeps the mode, as std's sockets keep theirs.
+    let a = a.into_std().unwrap();
+    assert!(
+        nonblocking(a.as_raw_fd()),
+        "into_std keeps non-blocking mode"
+    );
+    assert!(would_block((&a).read(&mut buf)), "std after into_std");
+    drop(b);
+}
+
+/// Waits (poll(2), 10 s bound) until `s` is readable.
+fn wait_readable(s: &impl AsRawFd) {
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, 10_000) },
+        1,
+        "not readable in 10 s"
+    );
+}
+
+/// std's `set_nonblocking(true)` on every goro socket type: operations
+/// that would wait return `WouldBlock` at once instead of parking the
+/// goroutine (or blocking the thread), as std's; `set_nonblocking(false)`
+/// parks again; `into_std` keeps the mode. Before h42 goro's types had
+/// no `set_nonblocking` (std's six all have it): code ported from std did
+/// not compile, and setting O_NONBLOCK on the fd by hand changed nothing,
+/// the fd being non-blocking underneath already.
+#[test]
+fn set_nonblocking_returns_would_block() {
+    let _w = common::watchdog();
+    let _w = init();
+    let dir = temp_dir("nonblocking");
+    nonblocking_checks(&dir.join("thread"));
+    let d2 = dir.clone();
+    goro::run(move || {
+        nonblocking_checks(&d2.join("goroutine"));
+        // Back to parking: a reader parks, then wakes with the data.
+        let (c, s) = tcp_pair();
+        s.set_nonblocking(true).unwrap();
+        s.set_nonblocking(false).unwrap();
+        let s = Arc::new(s);
+        let s2 = s.clone();
+        let h = spawn_parked(move || {
+            let mut b = [0u8; 4];
+            (&*s2).read(&mut b).unwrap()
+        });
+        assert!(s.__parked(false) || h.is_finished());
+        (&c).write_all(b"ping").unwrap();
+        assert_eq!(h.join().unwrap(), 4);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A Debug string without its `fd: ..., ` field (std prints its own fd
+/// wrapper's Debug there, which differs between versions).
+fn without_fd(s: &str) -> String {
+    let i = s.find("fd: ").expect("an fd field");
+    let j = i + s[i..].find(", ").expect("a field after fd") + 2;
+    format!("{}{}", &s[..i], &s[j..])
+}
+
+/// The outcome of a call, comparable between std and goro.
+fn outcome<T: std::fmt::Debug>(r: std::io::Result<T>) -> Result<String, ErrorKind> {
+    r.map(|v| format!("{v:?}")).map_err(|e| e.kind())
+}
+
+/// The UDP multicast options, read back or failing as on a std socket.
+fn multicast_outcomes(
+    join4: impl Fn(&std::net::Ipv4Addr, &std::net::Ipv4Addr) -> std::io::Result<()>,
+    leave4: impl Fn(&std::net::Ipv4Addr, &std::net::Ipv4Addr) -> std::io::Result<()>,
+    loop4: impl Fn(bool) -> std::io::Result<()>,
+    get_loop4: impl Fn() -> std::io::Result<bool>,
+    ttl4: impl Fn(u32) -> std::io::Result<()>,
+    get_ttl4: impl Fn() -> std::io::Result<u32>,
+    loop6: impl Fn(bool) -> std::io::Result<()>,
+) -> Vec<Result<String, ErrorKind>> {
+    let group = std::net::Ipv4Addr::new(239, 255, 42, 42);
+    let lo = std::net::Ipv4Addr::LOCALHOST;
+    vec![
+        outcome(get_loop4()),
+        outcome(loop4(false)),
+        outcome(get_loop4()),
+        outcome(get_ttl4()),
+        outcome(ttl4(7)),
+        outcome(get_ttl4()),
+        outcome(join4(&group, &lo)),
+        outcome(leave4(&group, &lo)),
+        outcome(loop6(true)),
+    ]
+}
+
+/// std's methods that goro's types lacked until h42 (they did not
+/// compile before): the Unix types' `bind_addr`, `connect_addr` and
+/// `send_to_addr`, the only way to use an abstract name (Linux, no file),
+/// exchanging data over each; `UdpSocket`'s multicast options, with the
+/// same outcomes as on a std socket; and std's `Debug` of the Unix types
+/// (fd, local and peer addresses; before: the fd alone), compared with the
+/// std socket `into_std` gives back for the same fd (but the fd's form).
+#[test]
+fn std_methods_abstract_names_multicast_debug() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::SocketAddr as UnixAddr;
+    let _w = common::watchdog();
+    let _w = init();
+    goro::run(|| {
+        let name = format!("goro-h42-{}", std::process::id());
+        let addr = UnixAddr::from_abstract_name(format!("{name}-s")).unwrap();
+        let l = UnixListener::bind_addr(&addr).unwrap();
+        let c = UnixStream::connect_addr(&addr).unwrap();
+        let (s, _) = l.accept().unwrap();
+        (&c).write_all(b"abstract").unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!((&s).read(&mut buf).unwrap(), 8);
+        assert_eq!(
+            c.peer_addr().unwrap().as_abstract_name(),
+            Some(format!("{name}-s").as_bytes())
+        );
+        // Debug as std's, for the same fd.
+        let dl = format!("{l:?}");
+        assert!(dl.contains("local"), "{dl}");
+        assert_eq!(
+            without_fd(&dl),
+            without_fd(&format!("{:?}", l.into_std().unwrap()))
+        );
+        let dc = format!("{c:?}");
+        assert!(dc.contains("peer"), "{dc}");
+        assert_eq!(
+            without_fd(&dc),
+            without_fd(&format!("{:?}", c.into_std().unwrap()))
+        );
+        let da = UnixAddr::from_abstract_name(format!("{name}-a")).unwrap();
+        let db = UnixAddr::from_abstract_name(format!("{name}-b")).unwrap();
+        let a = UnixDatagram::bind_addr(&da).unwrap();
+        let b = UnixDatagram::bind_addr(&db).unwrap();
+        assert_eq!(a.send_to_addr(b"one", &db).unwrap(), 3);
+        let (n, from) = b.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"one");
+        assert_eq!(from.as_abstract_name(), da.as_abstract_name());
+        b.connect_addr(&da).unwrap();
+        assert_eq!(b.send(b"two").unwrap(), 3);
+        assert_eq!(a.recv(&mut buf).unwrap(), 3);
+        let dd = format!("{b:?}");
+        assert!(dd.contains("peer"), "{dd}");
+        assert_eq!(
+            without_fd(&dd),
+            without_fd(&format!("{:?}", b.into_std().unwrap()))
+        );
+        // Multicast options: the same outcomes as std's (joining may fail
+        // where loopback has no multicast route; then it fails for both).
+        let su = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let want = multicast_outcomes(
+            |g, i| su.join_multicast_v4(g, i),
+            |g, i| su.leave_multicast_v4(g, i),
+            |on| su.set_multicast_loop_v4(on),
+            || su.multicast_loop_v4(),
+            |t| su.set_multicast_ttl_v4(t),
+            || su.multicast_ttl_v4(),
+            |on| su.set_multicast_loop_v6(on),
+        );
+        let gu = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let got = multicast_outcomes(
+            |g, i| gu.join_multicast_v4(g, i),
+            |g, i| gu.leave_multicast_v4(g, i),
+            |on| gu.set_multicast_loop_v4(on),
+            || gu.multicast_loop_v4(),
+            |t| gu.set_multicast_ttl_v4(t),
+            || gu.multicast_ttl_v4(),
+            |on| gu.set_multicast_loop_v6(on),
+        );
+        assert_eq!(got, want);
+        assert_eq!(want[2], Ok("false".to_string()));
+        assert_eq!(want[5], Ok("7".to_string()));
+    });
+}
+
+/// std's timeouts stay with a socket across the conversions, as they do
+/// between std's own types (they are SO_RCVTIMEO and SO_SNDTIMEO): in,
+/// a std socket's timeouts become the goro handle's, and a read that
+/// timed out under std times out here; out, `into_std` (and `IntoRawFd`)
+/// hands the goro handle's timeouts to the std socket, `None` clearing
+/// one. `try_clone` still copies none. Before h42 both ways dropped them:
+/// `read_timeout()` read `None` after `From<std>` (the read waited for
+/// ever), and `into_std` gave back whatever SO_RCVTIMEO held when the
+/// socket came in (200 ms, where the goro handle had 100 ms).
+#[test]
+fn timeouts_travel_with_std_conversions() {
+    use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+    let _w = common::watchdog();
+    let _w = init();
+    let ms = Duration::from_millis;
+    goro::run(move || {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _peer = l.accept().unwrap();
+        c.set_read_timeout(Some(ms(200))).unwrap();
+        c.set_write_timeout(Some(ms(300))).unwrap();
+        let g = TcpStream::from(c);
+        assert_eq!(g.read_timeout().unwrap(), Some(ms(200)), "From<std>");
+        assert_eq!(g.write_timeout().unwrap(), Some(ms(300)), "From<std>");
+        // The adopted timeout ends the read (the watchdog bounds a hang).
+        let e = (&g).read(&mut [0u8; 4]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut);
+        assert_eq!(
+            g.try_clone().unwrap().read_timeout().unwrap(),
+            None,
+            "try_clone"
+        );
+        g.set_read_timeout(Some(ms(100))).unwrap();
+        g.set_write_timeout(None).unwrap();
+        let s = g.into_std().unwrap();
+        assert_eq!(s.read_timeout().unwrap(), Some(ms(100)), "into_std");
+        assert_eq!(s.write_timeout().unwrap(), None, "into_std");
+        // The fd conversions, on a datagram socket.
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        u.set_read_timeout(Some(ms(200))).unwrap();
+        let g = UdpSocket::from(OwnedFd::from(u));
+        assert_eq!(g.read_timeout().unwrap(), Some(ms(200)), "From<OwnedFd>");
+        g.set_read_timeout(Some(Duration::from_nanos(10))).unwrap();
+        // SAFETY: into_raw_fd gave up ownership of the open fd.
+        let u = unsafe { std::net::UdpSocket::from_raw_fd(g.into_raw_fd()) };
+        // What the kernel makes of std's 1 us (it rounds up to a tick).
+        let tick = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tick.set_read_timeout(Some(Duration::from_micros(1)))
+            .unwrap();
+        assert_eq!(
+            u.read_timeout().unwrap(),
+            tick.read_timeout().unwrap(),
+            "IntoRawFd: under 1 us rounds up, not to none"
+        );
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_write_timeout(Some(ms(400))).unwrap();
+        let g = UnixStream::try_from(a).unwrap();
+        assert_eq!(g.write_timeout().unwrap(), Some(ms(400)), "TryFrom");
     });
 }

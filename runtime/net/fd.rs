@@ -4,7 +4,7 @@
 
 use super::iolock::{IoLock, Stop};
 use crate::netpoll::{Mode, PollDesc};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -29,6 +29,10 @@ pub(crate) struct NetFd {
     /// stale or torn-by-another-reader value costs one syscall or one wait
     /// for the edge epoll already holds, never a lost wake-up.
     rdrained: AtomicU64,
+    /// std's non-blocking mode (`set_nonblocking(true)`): an operation
+    /// that would wait returns `WouldBlock` instead. Relaxed: a plain
+    /// setting, read at the start of each operation, as the timeouts.
+    nonblocking: AtomicBool,
 }
 
 /// Marks a valid `rdrained` value.
@@ -62,6 +66,7 @@ impl NetFd {
             rtimeout: AtomicU64::new(0),
             wtimeout: AtomicU64::new(0),
             rdrained: AtomicU64::new(0),
+            nonblocking: AtomicBool::new(false),
         })
     }
 
@@ -90,6 +95,45 @@ impl NetFd {
     /// Whether a goroutine is parked waiting for `mode` (tests only).
     pub(crate) fn parked(&self, mode: Mode) -> bool {
         self.pd.parked(mode)
+    }
+
+    /// Takes the socket's SO_RCVTIMEO and SO_SNDTIMEO as this handle's
+    /// timeouts: a std socket converted in keeps the timeouts std set on
+    /// it (its fd is non-blocking from now on, so the kernel no longer
+    /// applies them). Errors are ignored (an fd that is not a socket has
+    /// none; nothing checks the kind, as in std). Until h42 they were
+    /// dropped: a read that timed out under std waited for ever here.
+    pub(crate) fn adopt_timeouts(&self, s: &impl std::os::fd::AsFd) {
+        let s = socket2::SockRef::from(s);
+        if let Ok(t) = s.read_timeout() {
+            let _ = self.set_timeout(Mode::Read, t);
+        }
+        if let Ok(t) = s.write_timeout() {
+            let _ = self.set_timeout(Mode::Write, t);
+        }
+    }
+
+    /// Sets this handle's timeouts as the socket's SO_RCVTIMEO and
+    /// SO_SNDTIMEO (`None` clears them), for a socket converted out: the
+    /// std socket then times out as this handle did (before h42 it kept
+    /// whatever SO_RCVTIMEO held when it was converted in). A timeout
+    /// under a microsecond is rounded up to one (zero would mean none).
+    /// Errors are ignored, as in `adopt_timeouts`.
+    pub(crate) fn hand_over_timeouts(&self, s: &impl std::os::fd::AsFd) {
+        let s = socket2::SockRef::from(s);
+        let us = |t: Option<Duration>| t.map(|d| d.max(Duration::from_micros(1)));
+        let _ = s.set_read_timeout(us(self.timeout(Mode::Read)));
+        let _ = s.set_write_timeout(us(self.timeout(Mode::Write)));
+    }
+
+    /// Sets std's non-blocking mode of this handle (see the field).
+    pub(crate) fn set_nonblocking(&self, on: bool) {
+        self.nonblocking.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether std's non-blocking mode is on.
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.nonblocking.load(Ordering::Relaxed)
     }
 
     pub(crate) fn set_timeout(&self, mode: Mode, t: Option<Duration>) -> io::Result<()> {
@@ -174,6 +218,31 @@ impl NetFd {
         })
     }
 
+    /// A datagram receive (UDP, Unix datagram): as `read_io`, but once
+    /// the socket's receiving side is shut down (`shutdown(Read)`, seen as
+    /// a read hang-up: `PollDesc::rdhup`), an empty queue ends the call
+    /// with `eof()`, what std's blocking call returns there (its recv
+    /// returns 0), instead of waiting. The non-blocking recv returns
+    /// EAGAIN in that state, and the one edge the shutdown raised is
+    /// spent: before h42 the call waited for a datagram (its timeout, or
+    /// for ever; on a plain thread it spun in poll(2), which reports the
+    /// shutdown at once), where std's returns, which is how std code
+    /// stops a thread blocked in recv. Datagrams queued before or after
+    /// the shutdown are still received first, as in std. No race: the
+    /// flag is set before netpoll readies the waiter for the edge that
+    /// the shutdown raises (or by a thread's own poll), and every retry
+    /// after an EAGAIN reads it.
+    pub(crate) fn dgram_read<R: Outcome>(
+        &self,
+        mut op: impl FnMut() -> io::Result<R>,
+        eof: impl Fn() -> io::Result<R>,
+    ) -> io::Result<R> {
+        self.read_io(|| match op() {
+            Err(e) if would_block(&e) && self.pd.rdhup() => eof(),
+            r => r,
+        })
+    }
+
     /// Like `read_io`, for writability and the write timeout.
     pub(crate) fn write_io<R: Outcome>(&self, op: impl FnMut() -> io::Result<R>) -> io::Result<R> {
         self.io(Mode::Write, deadline(self.timeout(Mode::Write)), op)
@@ -227,6 +296,12 @@ impl NetFd {
         crate::park::preempt_check();
         if self.pd.is_closing() {
             return Err(closed());
+        }
+        if self.is_nonblocking() {
+            // std's non-blocking mode: one try (a skipped read's too),
+            // EAGAIN being the caller's `WouldBlock`; no wait, no lock,
+            // no timeout (std's SO_RCVTIMEO does not apply either).
+            return self.settle(try_op(&mut op));
         }
         let tick = match skipped_at {
             Some(t) => t,

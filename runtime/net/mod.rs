@@ -11,7 +11,8 @@
 //!
 //! Differences from std worth knowing:
 //! - Timeouts (`set_read_timeout`, …) are per socket object (not shared by
-//!   `try_clone`d handles) and expire with `ErrorKind::TimedOut`.
+//!   `try_clone`d handles) and expire with `ErrorKind::TimedOut`; so is
+//!   std's non-blocking mode (`set_nonblocking`).
 //! - `close(&self)` (Go's `Conn.Close`) wakes goroutines blocked on the
 //!   socket; they and later operations fail with `NotConnected` ("use of
 //!   closed network connection"). The fd itself is closed when the value
@@ -59,13 +60,26 @@ macro_rules! std_conversions {
         impl TryFrom<$std> for $t {
             type Error = std::io::Error;
             /// Takes over a std socket: makes it non-blocking and registers
-            /// it with the poller. Errors: fcntl's or epoll_ctl's (resource
-            /// exhaustion).
+            /// it with the poller; its timeouts (SO_RCVTIMEO, SO_SNDTIMEO,
+            /// std's `set_read_timeout`) become this handle's. Errors:
+            /// fcntl's or epoll_ctl's (resource exhaustion).
             ///
             /// The non-blocking mode belongs to the socket, not the handle:
             /// std handles cloned from it (`try_clone`, dup) become
             /// non-blocking too and return `WouldBlock` where they blocked.
             fn try_from(inner: $std) -> std::io::Result<$t> {
+                let t = $t::wrap(inner)?;
+                t.fd.adopt_timeouts(&t.inner);
+                Ok(t)
+            }
+        }
+
+        impl $t {
+            /// A fresh socket of ours (bind, accept, connect, pair,
+            /// try_clone): non-blocking, then registered. Unlike
+            /// `try_from`, takes no timeouts from the socket (it has none
+            /// of the user's), which saves two getsockopt calls.
+            fn wrap(inner: $std) -> std::io::Result<$t> {
                 inner.set_nonblocking(true)?;
                 Ok($t {
                     fd: super::fd::NetFd::new(std::os::fd::AsRawFd::as_raw_fd(&inner))?,
@@ -77,7 +91,11 @@ macro_rules! std_conversions {
     ($t:ident, $std:ty, without TryFrom) => {
         impl $t {
             /// Deregisters the socket and returns it as a blocking std
-            /// socket. Never blocks. Errors: fcntl's, if the blocking mode
+            /// socket (non-blocking if `set_nonblocking(true)` was called
+            /// on this handle, as a std socket keeps its mode), with this
+            /// handle's read and write timeouts as its SO_RCVTIMEO and
+            /// SO_SNDTIMEO (`None` clears them), as std's timeouts stay
+            /// with a socket across conversions. Never blocks. Errors: fcntl's, if the blocking mode
             /// cannot be restored (not for an open fd). No Go counterpart
             /// (Go's `File()` returns a dup instead).
             ///
@@ -88,9 +106,13 @@ macro_rules! std_conversions {
             /// move every clone to std.
             pub fn into_std(self) -> std::io::Result<$std> {
                 self.fd.check_open()?;
+                // std's mode as the user set it (`set_nonblocking`), which
+                // a std socket keeps; blocking unless asked.
+                let nonblocking = self.fd.is_nonblocking();
                 let $t { fd, inner } = self;
+                fd.hand_over_timeouts(&inner);
                 drop(fd);
-                inner.set_nonblocking(false)?;
+                inner.set_nonblocking(nonblocking)?;
                 Ok(inner)
             }
         }
@@ -224,6 +246,22 @@ macro_rules! common_socket_methods {
             pub fn set_write_timeout(&self, t: Option<std::time::Duration>) -> std::io::Result<()> {
                 self.fd.check_open()?;
                 self.fd.set_timeout(crate::netpoll::Mode::Write, t)
+            }
+
+            /// std's `set_nonblocking`: while on, an operation that would
+            /// wait (read, write, accept, recv, send, peek) returns
+            /// `ErrorKind::WouldBlock` at once instead of parking the
+            /// goroutine (or blocking the thread), and the timeouts do not
+            /// apply, as in std. Off by default. The socket is always
+            /// non-blocking underneath; this mode is the handle's, not
+            /// shared with `try_clone` handles (in std it is the socket's),
+            /// and `into_std` (and `IntoRawFd`) keeps it. No Go
+            /// counterpart (Go polls with a past deadline). Never blocks.
+            /// Errors: the closed error after `close`.
+            pub fn set_nonblocking(&self, nonblocking: bool) -> std::io::Result<()> {
+                self.fd.check_open()?;
+                self.fd.set_nonblocking(nonblocking);
+                Ok(())
             }
 
             /// The read timeout (`None`: none). Never blocks and never

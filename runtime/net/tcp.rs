@@ -121,7 +121,7 @@ impl TcpListener {
     /// (resource exhaustion). No Go counterpart (Go's `File()` dups too).
     pub fn try_clone(&self) -> io::Result<TcpListener> {
         self.fd.check_open()?;
-        TcpListener::try_from(self.inner.try_clone()?)
+        TcpListener::wrap(self.inner.try_clone()?)
     }
 
     /// Sets IP_TTL (hops, 1..=255). Never blocks. Errors: setsockopt's
@@ -327,17 +327,20 @@ stream_io!(TcpStream);
 
 impl From<std::net::TcpStream> for TcpStream {
     /// Takes over a connected std stream: makes it non-blocking and
-    /// registers it with the poller. Panics if either fails (only on
+    /// registers it with the poller; its timeouts (std's
+    /// `set_read_timeout`, `set_write_timeout`) become this handle's. Panics if either fails (only on
     /// resource exhaustion: epoll_ctl ENOMEM/ENOSPC).
     ///
     /// The non-blocking mode belongs to the socket, not the handle: std
     /// handles cloned from `inner` (`try_clone`, dup) become non-blocking
     /// too and return `WouldBlock` where they blocked.
     fn from(inner: std::net::TcpStream) -> TcpStream {
-        inner
+        let t = inner
             .set_nonblocking(true)
             .and_then(|()| TcpStream::from_nonblocking(inner))
-            .unwrap_or_else(|e| panic!("goro::net::TcpStream::from: {e}"))
+            .unwrap_or_else(|e| panic!("goro::net::TcpStream::from: {e}"));
+        t.fd.adopt_timeouts(&t.inner);
+        t
     }
 }
 

@@ -3,7 +3,7 @@
 use super::fd::{resolve, send_nosignal, NetFd};
 use super::{common_socket_methods, std_conversions};
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 
 /// A UDP socket (Go's net.UDPConn; std's `UdpSocket` shape). Receives park
@@ -20,20 +20,25 @@ impl UdpSocket {
     /// `blocking`. Errors: resolution or bind errors.
     pub fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<UdpSocket> {
         let addrs = resolve(addr)?;
-        UdpSocket::try_from(std::net::UdpSocket::bind(&addrs[..])?)
+        UdpSocket::wrap(std::net::UdpSocket::bind(&addrs[..])?)
     }
 
     /// Receives one datagram and its source; parks until one arrives.
-    /// A datagram longer than `buf` is truncated. Errors: recvfrom's, the
+    /// A datagram longer than `buf` is truncated. If the receiving side is
+    /// shut down (`shutdown(2)` with `SHUT_RD` on the fd) and nothing is
+    /// queued, fails at once with std's `InvalidInput` (the kernel reports
+    /// no source address). Errors: recvfrom's, the
     /// read timeout, or the closed error. Go's `UDPConn.ReadFrom`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.fd.read_io(|| self.inner.recv_from(buf))
+        self.fd
+            .dgram_read(|| self.inner.recv_from(buf), no_source_address)
     }
 
     /// Like `recv_from` without consuming the datagram: parks until one
     /// arrives. Errors: as `recv_from`. No Go counterpart.
     pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.fd.read_io(|| self.inner.peek_from(buf))
+        self.fd
+            .dgram_read(|| self.inner.peek_from(buf), no_source_address)
     }
 
     /// Sends one datagram to `addr` (resolved inside `blocking`, so prefer
@@ -69,11 +74,13 @@ impl UdpSocket {
     }
 
     /// Receives one datagram from the connected peer; parks until one
-    /// arrives. A datagram longer than `buf` is truncated. Errors: recv's
+    /// arrives. A datagram longer than `buf` is truncated. `Ok(0)` at once
+    /// if the receiving side is shut down and nothing is queued, as std's
+    /// (`peek` too). Errors: recv's
     /// (`ConnectionRefused` from an earlier ICMP error), the read timeout,
     /// or the closed error. Go's `UDPConn.Read`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.read_io(|| self.inner.recv(buf))
+        self.fd.dgram_read(|| self.inner.recv(buf), || Ok(0))
     }
 
     /// The bound address: Go's `LocalAddr`. Never blocks. Errors:
@@ -115,11 +122,76 @@ impl UdpSocket {
         self.inner.ttl()
     }
 
+    /// Joins the IPv4 multicast group `multiaddr` on the interface with
+    /// address `interface` (std's `join_multicast_v4`; Go's
+    /// `ListenMulticastUDP`). Never blocks. Errors: setsockopt's.
+    pub fn join_multicast_v4(&self, multiaddr: &Ipv4Addr, interface: &Ipv4Addr) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.join_multicast_v4(multiaddr, interface)
+    }
+
+    /// Joins the IPv6 multicast group `multiaddr` on interface index
+    /// `interface` (0: the default). Never blocks. Errors: setsockopt's.
+    pub fn join_multicast_v6(&self, multiaddr: &Ipv6Addr, interface: u32) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.join_multicast_v6(multiaddr, interface)
+    }
+
+    /// Leaves a group joined with `join_multicast_v4`. Never blocks.
+    /// Errors: setsockopt's.
+    pub fn leave_multicast_v4(&self, multiaddr: &Ipv4Addr, interface: &Ipv4Addr) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.leave_multicast_v4(multiaddr, interface)
+    }
+
+    /// Leaves a group joined with `join_multicast_v6`. Never blocks.
+    /// Errors: setsockopt's.
+    pub fn leave_multicast_v6(&self, multiaddr: &Ipv6Addr, interface: u32) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.leave_multicast_v6(multiaddr, interface)
+    }
+
+    /// Sets IP_MULTICAST_LOOP (whether this host receives its own IPv4
+    /// multicast). Never blocks. Errors: setsockopt's.
+    pub fn set_multicast_loop_v4(&self, on: bool) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.set_multicast_loop_v4(on)
+    }
+
+    /// IP_MULTICAST_LOOP's value. Never blocks. Errors: getsockopt's.
+    pub fn multicast_loop_v4(&self) -> io::Result<bool> {
+        self.inner.multicast_loop_v4()
+    }
+
+    /// Sets IP_MULTICAST_TTL (hops of IPv4 multicast; 1 by default).
+    /// Never blocks. Errors: setsockopt's.
+    pub fn set_multicast_ttl_v4(&self, ttl: u32) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.set_multicast_ttl_v4(ttl)
+    }
+
+    /// IP_MULTICAST_TTL's value. Never blocks. Errors: getsockopt's.
+    pub fn multicast_ttl_v4(&self) -> io::Result<u32> {
+        self.inner.multicast_ttl_v4()
+    }
+
+    /// Sets IPV6_MULTICAST_LOOP. Never blocks. Errors: setsockopt's
+    /// (an IPv4 socket's).
+    pub fn set_multicast_loop_v6(&self, on: bool) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.set_multicast_loop_v6(on)
+    }
+
+    /// IPV6_MULTICAST_LOOP's value. Never blocks. Errors: getsockopt's.
+    pub fn multicast_loop_v6(&self) -> io::Result<bool> {
+        self.inner.multicast_loop_v6()
+    }
+
     /// Receives one datagram from the connected peer without removing it
     /// from the queue; parks until one arrives. Errors: as `recv`. No Go
     /// counterpart.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.read_io(|| self.inner.peek(buf))
+        self.fd.dgram_read(|| self.inner.peek(buf), || Ok(0))
     }
 
     /// A second handle to the same socket (dup), registered separately;
@@ -127,8 +199,19 @@ impl UdpSocket {
     /// the poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         self.fd.check_open()?;
-        UdpSocket::try_from(self.inner.try_clone()?)
+        UdpSocket::wrap(self.inner.try_clone()?)
     }
+}
+
+/// `recv_from`'s and `peek_from`'s result on a socket whose receiving
+/// side is shut down, with nothing queued: std's. Its blocking recvfrom
+/// returns 0 bytes from no address (address length 0), which std turns
+/// into this error; the non-blocking one returns EAGAIN (`dgram_read`).
+fn no_source_address() -> io::Result<(usize, SocketAddr)> {
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "invalid argument",
+    ))
 }
 
 common_socket_methods!(UdpSocket);

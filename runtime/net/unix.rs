@@ -20,14 +20,22 @@ impl UnixListener {
     /// Binds and listens on the filesystem `path` (which must not exist).
     /// Errors: bind's (e.g. `AddrInUse`).
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
-        UnixListener::try_from(std::os::unix::net::UnixListener::bind(path)?)
+        UnixListener::wrap(std::os::unix::net::UnixListener::bind(path)?)
+    }
+
+    /// Binds and listens on `addr` (std's `bind_addr`): a path, or an
+    /// abstract name (Linux: `SocketAddrExt::from_abstract_name`), which
+    /// needs no file. Never blocks. Errors: bind's (e.g. `AddrInUse`) or
+    /// the poller's registration. No Go counterpart (Go's "@name").
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
+        UnixListener::wrap(std::os::unix::net::UnixListener::bind_addr(addr)?)
     }
 
     /// Accepts a connection; parks until one arrives. Errors: accept's,
     /// the read timeout, or the closed error.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (s, a) = self.fd.read_io(|| self.inner.accept())?;
-        Ok((UnixStream::try_from(s)?, a))
+        Ok((UnixStream::wrap(s)?, a))
     }
 
     /// Endless iterator of accepted streams with the same EMFILE backoff
@@ -51,7 +59,7 @@ impl UnixListener {
     /// exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
         self.fd.check_open()?;
-        UnixListener::try_from(self.inner.try_clone()?)
+        UnixListener::wrap(self.inner.try_clone()?)
     }
 }
 
@@ -85,7 +93,15 @@ impl UnixStream {
     /// `ConnectionRefused`).
     pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
         let s = crate::blocking(|| std::os::unix::net::UnixStream::connect(path))?;
-        UnixStream::try_from(s)
+        UnixStream::wrap(s)
+    }
+
+    /// Connects to the socket at `addr` (std's `connect_addr`): a path or
+    /// an abstract name. Runs inside `blocking`, as `connect`. Errors:
+    /// connect's (e.g. `ConnectionRefused`).
+    pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
+        let s = crate::blocking(|| std::os::unix::net::UnixStream::connect_addr(addr))?;
+        UnixStream::wrap(s)
     }
 
     /// A connected pair (socketpair(2)). Never blocks. Errors:
@@ -93,7 +109,7 @@ impl UnixStream {
     /// counterpart in net (`syscall.Socketpair` and `net.FileConn`).
     pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
         let (a, b) = std::os::unix::net::UnixStream::pair()?;
-        Ok((UnixStream::try_from(a)?, UnixStream::try_from(b)?))
+        Ok((UnixStream::wrap(a)?, UnixStream::wrap(b)?))
     }
 
     fn read_impl(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -130,7 +146,7 @@ impl UnixStream {
     /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
         self.fd.check_open()?;
-        UnixStream::try_from(self.inner.try_clone()?)
+        UnixStream::wrap(self.inner.try_clone()?)
     }
 }
 
@@ -150,13 +166,19 @@ impl UnixDatagram {
     /// `net.ListenUnixgram`. Never blocks. Errors: bind's (e.g. `AddrInUse`,
     /// `NotFound` for a missing directory) or the poller's registration.
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixDatagram> {
-        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::bind(path)?)
+        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::bind(path)?)
+    }
+
+    /// Binds to `addr` (std's `bind_addr`): a path or an abstract name.
+    /// Never blocks. Errors: bind's or the poller's registration.
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixDatagram> {
+        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::bind_addr(addr)?)
     }
 
     /// An unbound socket (it can still `send_to`). Never blocks. Errors:
     /// socket's (`EMFILE`) or the poller's registration. No Go counterpart.
     pub fn unbound() -> io::Result<UnixDatagram> {
-        UnixDatagram::try_from(std::os::unix::net::UnixDatagram::unbound()?)
+        UnixDatagram::wrap(std::os::unix::net::UnixDatagram::unbound()?)
     }
 
     /// A connected pair (socketpair(2)). Never blocks. Errors:
@@ -164,7 +186,7 @@ impl UnixDatagram {
     /// counterpart in net (`syscall.Socketpair` and `net.FileConn`).
     pub fn pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
         let (a, b) = std::os::unix::net::UnixDatagram::pair()?;
-        Ok((UnixDatagram::try_from(a)?, UnixDatagram::try_from(b)?))
+        Ok((UnixDatagram::wrap(a)?, UnixDatagram::wrap(b)?))
     }
 
     /// Sets the default peer for `send`/`recv`: Go's
@@ -173,6 +195,20 @@ impl UnixDatagram {
     pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
         self.fd.check_open()?;
         self.inner.connect(path)
+    }
+
+    /// Sets the default peer to `addr` (std's `connect_addr`): a path or
+    /// an abstract name. Never blocks. Errors: connect's.
+    pub fn connect_addr(&self, addr: &SocketAddr) -> io::Result<()> {
+        self.fd.check_open()?;
+        self.inner.connect_addr(addr)
+    }
+
+    /// Sends one datagram to `addr` (std's `send_to_addr`): a path or an
+    /// abstract name; parks while the peer's queue is full. Returns the
+    /// bytes sent. Errors: as `send_to`.
+    pub fn send_to_addr(&self, buf: &[u8], addr: &SocketAddr) -> io::Result<usize> {
+        self.fd.write_io(|| self.inner.send_to_addr(buf, addr))
     }
 
     /// Sends one datagram to `path`; parks while the peer's queue is full.
@@ -195,17 +231,33 @@ impl UnixDatagram {
     }
 
     /// Receives one datagram and its source; parks until one arrives. A
-    /// datagram longer than `buf` is truncated. Errors: recvfrom's, the
-    /// read timeout, or the closed error. Go's `UnixConn.ReadFrom`.
+    /// datagram longer than `buf` is truncated. Once `shutdown(Read)` ran
+    /// and nothing is queued, returns `Ok((0, unnamed))` at once, as std's.
+    /// Errors: recvfrom's, the read timeout, or the closed error. Go's
+    /// `UnixConn.ReadFrom`.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        self.fd.read_io(|| self.inner.recv_from(buf))
+        self.fd.dgram_read(
+            || self.inner.recv_from(buf),
+            // After `shutdown(Read)` with nothing queued (`dgram_read`):
+            // std's result, 0 bytes from no address, which std reports as
+            // unnamed. An unbound socket's own address is the only way to
+            // make an unnamed `SocketAddr` (std has no constructor); this
+            // path is rare.
+            || {
+                Ok((
+                    0,
+                    std::os::unix::net::UnixDatagram::unbound()?.local_addr()?,
+                ))
+            },
+        )
     }
 
     /// Receives one datagram; parks until one arrives. A datagram longer
-    /// than `buf` is truncated. Errors: recv's, the read timeout, or the
-    /// closed error. Go's `UnixConn.Read`.
+    /// than `buf` is truncated. Once `shutdown(Read)` ran and nothing is
+    /// queued, returns `Ok(0)` at once, as std's. Errors: recv's, the read
+    /// timeout, or the closed error. Go's `UnixConn.Read`.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.fd.read_io(|| self.inner.recv(buf))
+        self.fd.dgram_read(|| self.inner.recv(buf), || Ok(0))
     }
 
     /// The local address (unnamed if unbound): Go's `LocalAddr`. Never
@@ -232,27 +284,36 @@ impl UnixDatagram {
     /// poller's registration (resource exhaustion). No Go counterpart.
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
         self.fd.check_open()?;
-        UnixDatagram::try_from(self.inner.try_clone()?)
+        UnixDatagram::wrap(self.inner.try_clone()?)
     }
 }
 
 common_socket_methods!(UnixDatagram);
 std_conversions!(UnixDatagram, std::os::unix::net::UnixDatagram);
 
+/// std's Debug for the Unix types: the fd, then the local address and
+/// (but for listeners) the peer's, each when it can be read. (Until h42:
+/// the fd alone.)
 macro_rules! unix_debug {
-    ($t:ident) => {
+    ($t:ident $(, $peer:ident)?) => {
         impl std::fmt::Debug for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($t))
-                    .field("fd", &self.inner.as_raw_fd())
-                    .finish()
+                let mut b = f.debug_struct(stringify!($t));
+                b.field("fd", &self.inner.as_raw_fd());
+                if let Ok(a) = self.inner.local_addr() {
+                    b.field("local", &a);
+                }
+                $(if let Ok(a) = self.inner.$peer() {
+                    b.field("peer", &a);
+                })?
+                b.finish()
             }
         }
     };
 }
 unix_debug!(UnixListener);
-unix_debug!(UnixStream);
-unix_debug!(UnixDatagram);
+unix_debug!(UnixStream, peer_addr);
+unix_debug!(UnixDatagram, peer_addr);
 
 impl core::fmt::Debug for UnixIncoming<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
