@@ -1140,18 +1140,7 @@ fn allocating_goroutines_complete_with_any_libc() {
                             let mut v: Vec<Vec<u8>> = Vec::new();
                             let mut k = i;
                             for _ in 0..rounds {
-                                k = k
-                                    .wrapping_mul(6364136223846793005)
-                                    .wrapping_add(1442695040888963407);
-                                let size = if k % 97 == 0 {
-                                    300_000 // the mmap path
-                                } else {
-                                    (k >> 40) as usize % 4096 + 1
-                                };
-                                v.push(vec![1u8; size]);
-                                if v.len() > 64 {
-                                    v.swap_remove((k >> 20) as usize % v.len());
-                                }
+                                churn(&mut v, &mut k, true);
                             }
                             v.len()
                         })
@@ -1172,6 +1161,25 @@ fn allocating_goroutines_complete_with_any_libc() {
             })
         },
     );
+}
+
+/// One step of the allocating tests' malloc churn: allocates a block of a
+/// pseudo-random size (1 B to 4 KiB; with `mmap_sizes`, one in 97 is
+/// 300,000 B, malloc's mmap path) and keeps at most 64, freeing one at
+/// random. `k` is the generator's state.
+fn churn(v: &mut Vec<Vec<u8>>, k: &mut u64, mmap_sizes: bool) {
+    *k = k
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let size = if mmap_sizes && *k % 97 == 0 {
+        300_000 // the mmap path
+    } else {
+        (*k >> 40) as usize % 4096 + 1
+    };
+    v.push(vec![1u8; size]);
+    if v.len() > 64 {
+        v.swap_remove((*k >> 20) as usize % v.len());
+    }
 }
 
 /// The same for goroutines that compute without a P: each sleeps in an
@@ -1212,13 +1220,7 @@ fn allocating_goroutines_complete_with_any_libc_when_detached() {
                             for _ in 0..rounds {
                                 std::thread::sleep(Duration::from_millis(2));
                                 for _ in 0..allocs {
-                                    k = k
-                                        .wrapping_mul(6364136223846793005)
-                                        .wrapping_add(1442695040888963407);
-                                    v.push(vec![1u8; (k >> 40) as usize % 4096 + 1]);
-                                    if v.len() > 64 {
-                                        v.swap_remove((k >> 20) as usize % v.len());
-                                    }
+                                    churn(&mut v, &mut k, false);
                                 }
                             }
                             v.len()
