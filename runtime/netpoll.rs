@@ -197,9 +197,9 @@ pub(crate) fn netpoll(delay: i64, out: &mut Vec<*mut G>) {
         if ev & r as u32 != 0 {
             if ev & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
                 pd.rclosed.store(true, Ordering::SeqCst);
-            }
-            if ev & libc::EPOLLRDHUP as u32 != 0 {
-                pd.rdhup.store(true, Ordering::SeqCst);
+                if ev & libc::EPOLLRDHUP as u32 != 0 {
+                    pd.rdhup.store(true, Ordering::SeqCst);
+                }
             }
             pd.rtick.fetch_add(1, Ordering::SeqCst);
             ready_cold(&pd.rg, out);

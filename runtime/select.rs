@@ -63,7 +63,6 @@ pub enum Selected {
     Timeout,
 }
 
-/// Locks the channels of `cases` in `lockorder`, each once.
 /// Ends a `select!` slot before the chosen body runs (`__select_dispatch`):
 /// drops a send case's unsent value and ends the borrow of its channel. A
 /// function rather than `drop`, which clippy flags in user code for
@@ -93,6 +92,7 @@ pub(crate) fn begin_wait(gp: *mut G, thread_gen: &AtomicU64) -> (&AtomicU64, u64
     (&g.selgen, seq)
 }
 
+/// Locks the channels of `cases` in `lockorder`, each once.
 fn sellock(cases: &[Scase], lockorder: &[usize]) {
     let mut last: *const Hchan = ptr::null();
     for &i in lockorder {
