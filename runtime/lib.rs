@@ -142,11 +142,11 @@ pub use select::{select_recv, select_recv_timeout, try_select_recv, Select, Sele
 pub use stack::{MAX_POOLED_STACK_SIZE, MAX_STACK_SIZE, MIN_STACK_SIZE};
 pub use syscall::{blocking, enter_syscall, enter_syscall_block, exit_syscall, SyscallGuard};
 
-/// Spawns a goroutine: `go!(|| ...)` or `go!(move || ...)`. Same as
-/// [`spawn`]; returns its [`JoinHandle`].
+/// Spawns a goroutine: `go!(|| ...)` or `go!(move || ...)` (a trailing
+/// comma is accepted). Same as [`spawn`]; returns its [`JoinHandle`].
 #[macro_export]
 macro_rules! go {
-    ($f:expr) => {
+    ($f:expr $(,)?) => {
         $crate::spawn($f)
     };
 }

@@ -887,7 +887,9 @@ impl std::fmt::Debug for SelectedOperation<'_> {
 /// `send(tx, value) -> res => body`, and at most one of `default => body`
 /// (do not block) or `default(timeout) => body` (block at most `timeout`, a
 /// `Duration`; runs the body if no case proceeded by then). Arms are
-/// separated by commas; an arm whose body is a block needs none.
+/// separated by commas; an arm whose body is a block needs none. A
+/// trailing comma inside the parentheses (`recv(rx,)`, `send(tx, v,)`,
+/// `default(timeout,)`) is accepted, as rustfmt may write one.
 /// [`never()`](crate::never) gives a case that is never ready (a disabled
 /// case, Go's nil channel). `res` is `Result<T, RecvError>` or
 /// `Result<(), SendError<T>>`. Channels are taken by reference; send values
@@ -920,41 +922,41 @@ macro_rules! __select_parse {
         $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ($($d)*) $($rest)*)
     };
     // recv case, body is a block: no comma needed before the next arm
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr $(,)?) -> $res:pat => $body:block , $($rest:tt)*) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
         $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr $(,)?) -> $res:pat => $body:block $($rest:tt)*) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
         $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) recv($rx:expr $(,)?) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
         let __rx = &$rx;
         let mut __slot = $crate::__private::RecvSlot::new(__rx);
         $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
     }};
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block , $($rest:tt)*) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr $(,)?) -> $res:pat => $body:block , $($rest:tt)*) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
         $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:block $($rest:tt)*) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr $(,)?) -> $res:pat => $body:block $($rest:tt)*) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
         $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($rest)*)
     }};
-    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
+    (@slots ($($s:tt)*) @n ($n:expr) @default ($($d:tt)*) send($tx:expr, $val:expr $(,)?) -> $res:pat => $body:expr $(, $($rest:tt)*)?) => {{
         let __tx = &$tx;
         let mut __slot = $crate::__private::SendSlot::new(__tx, $val);
         $crate::__select_parse!(@slots ($($s)* [__slot __r ($n) ($res) ($body)]) @n ($n + 1usize) @default ($($d)*) $($($rest)*)?)
     }};
     // default(timeout): crossbeam's form; runs if nothing is ready in time.
-    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr) => $body:block $($rest:tt)*) => {
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr $(,)?) => $body:block $($rest:tt)*) => {
         $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((timeout $t) ($body)) $($rest)*)
     };
-    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr) => $body:expr $(, $($rest:tt)*)?) => {
+    (@slots ($($s:tt)*) @n ($n:expr) @default () default($t:expr $(,)?) => $body:expr $(, $($rest:tt)*)?) => {
         $crate::__select_parse!(@slots ($($s)*) @n ($n) @default ((timeout $t) ($body)) $($($rest)*)?)
     };
     (@slots ($($s:tt)*) @n ($n:expr) @default () default => $body:block $($rest:tt)*) => {

@@ -2081,3 +2081,30 @@ fn panicking_drop_of_an_unchosen_send_value_leaks_nothing() {
         drop(closed_rx);
     });
 }
+
+/// Trailing commas inside the operation's parentheses (`recv(rx,)`,
+/// `send(tx, v,)`, `default(d,)`) and after `go!`'s closure, as rustfmt
+/// and macro-generated code write them: each form compiles and selects
+/// the ready case.
+#[test]
+fn trailing_commas_in_arms() {
+    run(|| {
+        let (tx, rx) = chan::<i32>(1);
+        let sent = goro::select! {
+            send(tx, 7,) -> r => r.is_ok(),
+            default => false,
+        };
+        assert!(sent);
+        let got = goro::select! {
+            recv(rx,) -> v => v.ok(),
+            default(Duration::from_secs(60),) => None,
+        };
+        assert_eq!(got, Some(7));
+        let timed_out = goro::select! {
+            recv(rx,) -> _v => false,
+            default(Duration::from_millis(1),) => true,
+        };
+        assert!(timed_out);
+        assert_eq!(goro::go!(move || 5,).join().unwrap(), 5);
+    });
+}
