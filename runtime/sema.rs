@@ -204,8 +204,7 @@ fn semacquire_slow(addr: &AtomicU32, lifo: bool, reason: crate::waitreason::Wait
             waittail: ptr::null_mut(),
             granted: false,
         };
-        crate::preempt::reacquire(); // a detached G takes its P back first
-        crate::m::acquirem(); // runtime critical section (Go's lock)
+        crate::preempt::acquirem_with_p(); // runtime critical section (Go's lock), holding the P
         root.lock.lock();
         // (2): announce a waiter so semrelease takes the slow path.
         root.nwait.fetch_add(1, Ordering::SeqCst);
@@ -282,8 +281,7 @@ fn semrelease_wake(addr: &AtomicU32, handoff: bool) {
 #[cold]
 #[inline(never)]
 fn semrelease_slow(root: &SemaRoot, addr: &AtomicU32, handoff: bool) {
-    crate::preempt::reacquire(); // a detached G takes its P back first
-    crate::m::acquirem(); // runtime critical section (Go's lock)
+    crate::preempt::acquirem_with_p(); // runtime critical section (Go's lock), holding the P
     root.lock.lock();
     // Re-check under the lock (SeqCst: as at (b)).
     if root.nwait.load(Ordering::SeqCst) == 0 {
@@ -627,8 +625,7 @@ impl NotifyList {
     /// Go's notifyListWait: return once ticket `t` is notified; parks the
     /// goroutine (or blocks the thread) until then.
     pub(crate) fn wait(&self, t: u32) {
-        crate::preempt::reacquire(); // a detached G takes its P back first
-        crate::m::acquirem(); // runtime critical section (Go's lock)
+        crate::preempt::acquirem_with_p(); // runtime critical section (Go's lock), holding the P
         self.lock.lock();
         // Return right away if this ticket was already notified.
         if less(t, self.notify.load(Ordering::SeqCst)) {
@@ -677,8 +674,7 @@ impl NotifyList {
         if self.wait.load(Ordering::SeqCst) == self.notify.load(Ordering::SeqCst) {
             return;
         }
-        crate::preempt::reacquire(); // a detached G takes its P back first
-        crate::m::acquirem(); // runtime critical section (Go's lock)
+        crate::preempt::acquirem_with_p(); // runtime critical section (Go's lock), holding the P
         self.lock.lock();
         // SAFETY: under the lock.
         let mut s = unsafe {
@@ -707,8 +703,7 @@ impl NotifyList {
         if self.wait.load(Ordering::SeqCst) == self.notify.load(Ordering::SeqCst) {
             return;
         }
-        crate::preempt::reacquire(); // a detached G takes its P back first
-        crate::m::acquirem(); // runtime critical section (Go's lock)
+        crate::preempt::acquirem_with_p(); // runtime critical section (Go's lock), holding the P
         self.lock.lock();
         let t = self.notify.load(Ordering::SeqCst);
         if t == self.wait.load(Ordering::SeqCst) {

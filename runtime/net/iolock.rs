@@ -209,8 +209,7 @@ unsafe fn claim(w: *mut Waiter) -> bool {
 impl Queue {
     /// Takes `qlock` inside a runtime critical section (Go's lock).
     fn lock(&self) {
-        crate::preempt::reacquire(); // a detached G takes its P back first
-        crate::m::acquirem();
+        crate::preempt::acquirem_with_p(); // runtime critical section (Go's lock), holding the P
         self.qlock.lock();
     }
 
