@@ -437,11 +437,23 @@ impl Hchan {
                 wake.push(sg);
             }
         }
-        let drained = if drop_buffered {
-            // SAFETY: lock held.
-            unsafe { self.take_buffered_locked() }
+        // The last Receiver is gone: the buffered values are dropped where
+        // they lie, after the unlock. Nothing touches those slots again: no
+        // receive can start (no Receiver), and the channel is closed, so
+        // every send fails (under this lock) without writing the ring. The
+        // first slot and the count are taken here; qcount 0 keeps
+        // `Hchan::drop` from dropping them again. Copying them out instead
+        // (as `clear_buffer` must, the channel living on) needed a second
+        // buffer as large as the values, allocated under the lock.
+        let (first, n) = if drop_buffered {
+            // Release: as the receive's decrement (see the field).
+            let n = self.qcount.swap(0, Ordering::Release);
+            let first = st.recvx;
+            st.recvx = (first + n) % self.dataqsiz.max(1);
+            st.sendx = st.recvx;
+            (first, n)
         } else {
-            Drained::default()
+            (0, 0)
         };
         // SAFETY: lock held.
         unsafe { self.unlock() };
@@ -449,7 +461,15 @@ impl Hchan {
             // SAFETY: each was dequeued by us.
             unsafe { Sudog::ready(sg) };
         }
-        self.drop_drained(drained);
+        let (buf, size, cap) = (self.buf, self.elemsize, self.dataqsiz.max(1));
+        // SAFETY: the n slots from `first` held initialised values when
+        // qcount was taken to 0 above, and are ours alone (see above):
+        // each is dropped once, here.
+        unsafe {
+            drop_elems(self.drop_elem, n, |i| {
+                buf.wrapping_add((first + i) % cap * size)
+            })
+        };
     }
 
     /// Drops every buffered value without closing the channel (a timer's
@@ -1205,5 +1225,55 @@ impl<T> std::fmt::Debug for Receiver<T> {
             .field("len", &self.len())
             .field("cap", &self.capacity())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    /// Records where it is dropped.
+    struct Spot(Arc<Mutex<Vec<usize>>>);
+
+    impl Drop for Spot {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().push(self as *const Spot as usize);
+        }
+    }
+
+    /// Dropping the last Receiver drops the buffered values in the ring,
+    /// across its wrap-around, each once, and copies none of them out
+    /// (before: every value was moved into a second buffer as large as the
+    /// values, allocated under the channel lock).
+    #[test]
+    fn last_receiver_drops_buffered_values_in_place() {
+        let spots = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = super::chan::<Spot>(4);
+        // Wrap the ring: receive two, so the four live values sit in slots
+        // 2, 3, 0 and 1.
+        for _ in 0..2 {
+            tx.send(Spot(spots.clone())).ok().unwrap();
+        }
+        drop(rx.recv().unwrap());
+        drop(rx.recv().unwrap());
+        spots.lock().unwrap().clear();
+        for _ in 0..4 {
+            tx.send(Spot(spots.clone())).ok().unwrap();
+        }
+        let (lo, hi) = (rx.c.buf as usize, rx.c.buf as usize + 4 * size_of::<Spot>());
+        drop(rx);
+        let mut at = spots.lock().unwrap().clone();
+        assert_eq!(at.len(), 4, "each buffered value dropped once");
+        assert!(
+            at.iter().all(|&a| (lo..hi).contains(&a)),
+            "dropped at {at:x?}, outside the ring {lo:#x}..{hi:#x}"
+        );
+        at.sort();
+        at.dedup();
+        assert_eq!(at.len(), 4, "four distinct slots");
+        // A send after the last Receiver is gone fails and returns its value.
+        let back = tx.send(Spot(spots.clone())).unwrap_err();
+        drop(back);
+        assert_eq!(spots.lock().unwrap().len(), 5);
     }
 }
