@@ -191,6 +191,13 @@ impl<E: Send + 'static> Group<E> {
                         }
                     }
                 }
+                // The goroutine's locals die with it, before `finish`
+                // marks it done, so `wait` sees them dropped (as `join`
+                // and `scope` do). Before h43 they were dropped in the
+                // goroutine's epilogue, after `done`: `wait` could return
+                // while their destructors had not run. A panic there is
+                // treated as in the epilogue (reported by the hook only).
+                let _ = std::panic::catch_unwind(crate::local::drop_locals);
             },
             None,
             None,
@@ -201,7 +208,8 @@ impl<E: Send + 'static> Group<E> {
     }
 
     /// Waits (parks the goroutine, blocks a thread) until every goroutine
-    /// started by [`go`](Group::go) has returned, cancels the group's
+    /// started by [`go`](Group::go) has returned (its goroutine-locals
+    /// dropped), cancels the group's
     /// context, and returns the first error (Go's `g.Wait`). If a group
     /// goroutine panicked, resumes that panic here instead
     /// (`std::panic::resume_unwind`). The error is taken: a second `wait`

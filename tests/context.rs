@@ -467,3 +467,55 @@ fn errgroup_failed_go_leaves_nothing_behind() {
         out.status
     );
 }
+
+goro::goroutine_local! {
+    /// A group goroutine's per-goroutine buffer, flushed when it drops.
+    static FLUSH_ON_EXIT: std::cell::RefCell<Option<FlushOnDrop>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A goroutine-local value that "flushes" into a shared counter when its
+/// goroutine exits, after waiting until the group's waiter is parked (so
+/// the flush happens while `wait` is still waiting, if it waits for it at
+/// all).
+struct FlushOnDrop {
+    waiter: u64,
+    flushed: Arc<AtomicUsize>,
+}
+
+impl Drop for FlushOnDrop {
+    fn drop(&mut self) {
+        common::wait_parked(self.waiter);
+        self.flushed.fetch_add(1, SeqCst);
+    }
+}
+
+/// `wait` returns once the group's goroutines have finished, their
+/// goroutine-locals dropped (as `join` and `scope` see them). h43: a group
+/// goroutine marked itself done before its locals were dropped (in the
+/// goroutine's epilogue), so `wait` returned while their destructors had
+/// not run (here: were still waiting for the waiter to park, which it
+/// never did again).
+#[test]
+fn errgroup_wait_waits_for_goroutine_local_destructors() {
+    let _w = common::watchdog();
+    run(|| {
+        let waiter = goro::current_id().unwrap();
+        let flushed = Arc::new(AtomicUsize::new(0));
+        let n = 4;
+        let g = Group::<()>::new();
+        for _ in 0..n {
+            let flushed = flushed.clone();
+            g.go(move || {
+                FLUSH_ON_EXIT.set(Some(FlushOnDrop { waiter, flushed }));
+                Ok(())
+            });
+        }
+        assert_eq!(g.wait(), Ok(()));
+        assert_eq!(
+            flushed.load(SeqCst),
+            n,
+            "wait returned before the group's goroutine-locals were dropped"
+        );
+    });
+}
