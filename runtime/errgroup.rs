@@ -180,24 +180,18 @@ impl<E: Send + 'static> Group<E> {
                             }
                         }
                     }
-                    Err(payload) => {
-                        let mut first = inner.panic.lock();
-                        if first.is_none() {
-                            *first = Some(payload);
-                        }
-                        drop(first);
-                        if let Some(c) = &inner.cancel {
-                            c.cancel();
-                        }
-                    }
+                    Err(payload) => inner.panicked(payload),
                 }
                 // The goroutine's locals die with it, before `finish`
                 // marks it done, so `wait` sees them dropped (as `join`
-                // and `scope` do). Before h43 they were dropped in the
-                // goroutine's epilogue, after `done`: `wait` could return
-                // while their destructors had not run. A panic there is
-                // treated as in the epilogue (reported by the hook only).
-                let _ = std::panic::catch_unwind(crate::local::drop_locals);
+                // and `scope` do), and a destructor's panic is the
+                // goroutine's (as in crate::local::drop_locals_into).
+                // Before h43 they were dropped in the goroutine's
+                // epilogue, after `done`: `wait` could return while their
+                // destructors had not run, and a panic there was lost.
+                if let Err(payload) = std::panic::catch_unwind(crate::local::drop_locals) {
+                    inner.panicked(payload);
+                }
             },
             None,
             None,
@@ -225,6 +219,21 @@ impl<E: Send + 'static> Group<E> {
         match self.inner.err.lock().take() {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+impl<E> Inner<E> {
+    /// A group goroutine panicked: keeps the first payload for `wait`
+    /// (later ones are dropped) and cancels the group's context.
+    fn panicked(&self, payload: Box<dyn Any + Send>) {
+        let mut first = self.panic.lock();
+        if first.is_none() {
+            *first = Some(payload);
+        }
+        drop(first);
+        if let Some(c) = &self.cancel {
+            c.cancel();
         }
     }
 }

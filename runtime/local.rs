@@ -20,7 +20,10 @@
 //! the G can be reused, so a reused G starts with no values. Destructors may
 //! use goroutine-locals again, as std's thread-local destructors may: a key
 //! not dropped yet shows its value, a new one is created and dropped in
-//! turn, and a key already dropped panics (std's `AccessError`).
+//! turn, and a key already dropped panics (std's `AccessError`). A
+//! destructor's panic is the goroutine's: its `join` returns `Err` (std
+//! aborts the process for a thread-local's), unless the closure itself
+//! panicked; the other values are dropped all the same.
 //!
 //! # Plain threads
 //!
@@ -265,7 +268,8 @@ impl<T: 'static> LocalKey<core::cell::RefCell<T>> {
 ///
 /// Each goroutine starts from the initialiser (evaluated lazily, on its
 /// first `with`), also when its G is reused; values are dropped when the
-/// goroutine finishes (returns or panics), before `join` returns. On a plain
+/// goroutine finishes (returns or panics), before `join` returns; a panic in
+/// a destructor there makes `join` return `Err` (std aborts). On a plain
 /// OS thread the key falls back to per-thread storage (`thread_local!`).
 /// Usable at module level and inside function bodies; the initialiser may
 /// be written `const { ... }` as with `thread_local!` (it is still evaluated
@@ -297,6 +301,33 @@ macro_rules! goroutine_local {
             $crate::LocalKey::__new(__goro_local_init, __goro_local_thread)
         };
     };
+}
+
+/// Drops the current goroutine's locals ([`drop_locals`]) after its
+/// closure has finished with `r`, and returns the goroutine's result: `r`,
+/// or, if the closure returned but a destructor panicked, that panic. A
+/// goroutine-local destructor runs on the goroutine's stack as part of
+/// its exit, so its panic is the goroutine's, as the closure's is (`join`
+/// returns `Err`; std aborts the process for a thread-local's). The
+/// closure's own panic, if any, is the one kept. Before h43 a destructor's
+/// panic was caught and discarded: `join` returned `Ok`.
+///
+/// The closure's value is dropped here when it is replaced; a panic in
+/// its destructor then is reported by the hook and goes no further (it
+/// would be a second panic of the goroutine).
+pub(crate) fn drop_locals_into<T>(r: std::thread::Result<T>) -> std::thread::Result<T> {
+    let Err(payload) = std::panic::catch_unwind(drop_locals) else {
+        return r;
+    };
+    if r.is_err() {
+        // The closure's panic stands; this one was reported by the hook.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+        return r;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(r)));
+    // The value's destructor may have used goroutine-locals again.
+    let _ = std::panic::catch_unwind(drop_locals);
+    Err(payload)
 }
 
 /// Drops the current goroutine's locals. Called on the goroutine's own

@@ -188,7 +188,13 @@ where
         // reverse, so `done` (declared first) runs after `their` is gone.
         let done = done;
         let their = their;
-        let r = catch_unwind(AssertUnwindSafe(f));
+        // The goroutine's locals die with it, before its result is
+        // published and before `scope` sees it finished (as `join` does);
+        // a destructor's panic is the goroutine's (drop_locals_into).
+        // Before h43 they were dropped in the epilogue after this box, so
+        // `scope` could return while their destructors (a per-goroutine
+        // buffer flushed on drop) had not run, and a panic there was lost.
+        let r = crate::local::drop_locals_into(catch_unwind(AssertUnwindSafe(f)));
         if r.is_err() {
             // Release: see `scope`'s Acquire load.
             done.0.unjoined_panics.fetch_add(1, Ordering::Release);
@@ -203,12 +209,8 @@ where
             // Release: see `scope`'s Acquire load.
             done.0.unjoined_panics.fetch_add(1, Ordering::Release);
         }
-        // The goroutine's locals die with it, before `scope` sees it
-        // finished (as `join` does). Before h43 they were dropped in the
-        // epilogue after this box, so `scope` could return while their
-        // destructors (a per-goroutine buffer flushed on drop) had not
-        // run. A panic there is treated as in the epilogue: the hook has
-        // reported it, and it does not fail the goroutine.
+        // The result's destructor may have used goroutine-locals again;
+        // they go too (a panic there: reported by the hook only).
         let _ = catch_unwind(crate::local::drop_locals);
         drop(done);
     };
