@@ -97,11 +97,16 @@ impl<E: Send + 'static> Group<E> {
     ///
     /// `Some(0)` makes every `go` block and every `try_go` fail, as in Go.
     ///
-    /// Panics if a goroutine of the group is running (as Go's does): the
-    /// limit must be set before the first `go`, or after `wait`.
+    /// Panics if `n` is `Some` and a goroutine of the group is running
+    /// under a limit (as Go's does): a limit must be set before the first
+    /// `go`, or after `wait`. Removing it (`None`) never panics, as in Go
+    /// (whose check comes after its return for n < 0): the running
+    /// goroutines give their permits back to the old limit, and a `go`
+    /// already waiting for one still waits for it, as in Go; later calls
+    /// are not limited (before h43 this panicked too). Never blocks.
     pub fn set_limit(&self, n: Option<usize>) {
         let mut sem = self.inner.sem.lock();
-        if let Some(s) = sem.as_ref() {
+        if let (Some(_), Some(s)) = (n, sem.as_ref()) {
             assert!(
                 Arc::strong_count(s) == 1,
                 "errgroup: modify limit while goroutines in the group are still active"

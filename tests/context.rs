@@ -369,6 +369,41 @@ fn errgroup_set_limit_while_active_panics() {
     });
 }
 
+/// Removing the limit (`None`, Go's negative n) is allowed while the group
+/// runs, as Go's SetLimit returns before its check for n < 0: the running
+/// goroutines give their permits back to the old limit, and new ones are
+/// not limited. h43: it panicked 'modify limit while goroutines in the
+/// group are still active'.
+#[test]
+fn errgroup_removing_the_limit_while_active_does_not_panic() {
+    let _w = common::watchdog();
+    run(|| {
+        let g = Group::<()>::new();
+        g.set_limit(Some(1));
+        let (gate_tx, gate_rx) = chan::<()>(0);
+        for _ in 0..2 {
+            let gate_rx = gate_rx.clone();
+            let go = move || {
+                let _ = gate_rx.recv();
+                Ok(())
+            };
+            if g.try_go(go.clone()) {
+                continue;
+            }
+            // At the limit: remove it (as Go's g.SetLimit(-1)), then go.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.set_limit(None)));
+            assert!(r.is_ok(), "removing the limit while active panicked");
+            assert!(g.try_go(go), "the removed limit still applies");
+        }
+        drop(gate_tx);
+        assert_eq!(g.wait(), Ok(()));
+        // A new limit once the group is idle again.
+        g.set_limit(Some(1));
+        assert!(g.try_go(|| Ok(())));
+        assert_eq!(g.wait(), Ok(()));
+    });
+}
+
 /// TestPanic: a panic in a group goroutine cancels the context and is
 /// resumed by `wait`, after the other goroutines have finished.
 #[test]
