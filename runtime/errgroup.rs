@@ -95,7 +95,9 @@ impl<E: Send + 'static> Group<E> {
     /// functions at once; `None` removes the limit (Go's `SetLimit`, with
     /// a negative n as None).
     ///
-    /// `Some(0)` makes every `go` block and every `try_go` fail, as in Go.
+    /// `Some(0)` makes every `go` block and every `try_go` fail, as in Go;
+    /// any larger `n` is accepted (one above `u32::MAX` limits nothing in
+    /// practice).
     ///
     /// Panics if `n` is `Some` and a goroutine of the group is running
     /// under a limit (as Go's does): a limit must be set before the first
@@ -112,7 +114,11 @@ impl<E: Send + 'static> Group<E> {
                 "errgroup: modify limit while goroutines in the group are still active"
             );
         }
-        *sem = n.map(|n| Arc::new(Semaphore::new(n)));
+        // A Semaphore holds at most u32::MAX permits; Go accepts any int
+        // (a channel of zero-sized tokens), and no process runs more than
+        // u32::MAX goroutines, so a larger limit is that one (before h43
+        // it panicked in Semaphore::new).
+        *sem = n.map(|n| Arc::new(Semaphore::new(n.min(u32::MAX as usize))));
     }
 
     /// Runs `f` in a new goroutine of the group (Go's `g.Go`). With a

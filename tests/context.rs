@@ -404,6 +404,27 @@ fn errgroup_removing_the_limit_while_active_does_not_panic() {
     });
 }
 
+/// Any limit is accepted, as Go's SetLimit accepts any int (its semaphore
+/// is a channel of zero-sized tokens): one above `u32::MAX` limits nothing
+/// in practice. h43: it panicked 'goro::sync::Semaphore: more than
+/// u32::MAX permits' (the limit's semaphore holds at most that many).
+#[test]
+fn errgroup_limit_above_u32_max() {
+    let _w = common::watchdog();
+    run(|| {
+        let g = Group::<()>::new();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            g.set_limit(Some(usize::MAX))
+        }));
+        assert!(r.is_ok(), "a limit above u32::MAX panicked");
+        for _ in 0..10 {
+            assert!(g.try_go(|| Ok(())));
+        }
+        g.go(|| Ok(()));
+        assert_eq!(g.wait(), Ok(()));
+    });
+}
+
 /// TestPanic: a panic in a group goroutine cancels the context and is
 /// resumed by `wait`, after the other goroutines have finished.
 #[test]
