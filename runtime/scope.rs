@@ -17,10 +17,11 @@
 //! goro's spawn takes `'static` closures. A scoped spawn boxes its closure
 //! (borrowing `'scope` data) and erases the box's lifetime to `'static`.
 //! The box's body, in this order: runs the user's closure (consuming it),
-//! stores the result in the handle's slot, drops its reference to the slot
-//! (so a result nobody will join is dropped here, while the scope still
-//! waits), drops the goroutine's locals, and last of all calls `WaitGroup::done` from a guard that also
-//! runs if anything before it unwinds. [`scope`] calls `wait` after its
+//! drops the goroutine's locals, stores the result in the handle's slot,
+//! drops its reference to the slot (so a result nobody will join is
+//! dropped here, while the scope still waits; locals its destructor
+//! re-creates are dropped next), and last of all calls `WaitGroup::done`
+//! from a guard that also runs if anything before it unwinds. [`scope`] calls `wait` after its
 //! closure has returned or unwound, and only then returns or resumes the
 //! unwinding: when `wait` returns, every scoped closure has finished with
 //! everything it borrowed, and its goroutine-locals (all `'static`) are
