@@ -285,6 +285,10 @@ pub struct RwLockWriteGuard<'a, T: ?Sized> {
     _marker: PhantomData<&'a mut T>,
 }
 
+// Like std's guard, which may be moved into `catch_unwind`; see the note
+// on `MutexGuard` (h43: `_marker`'s `&mut T` made it !UnwindSafe).
+impl<T: ?Sized> std::panic::UnwindSafe for RwLockWriteGuard<'_, T> {}
+
 impl<T: ?Sized> Deref for RwLockWriteGuard<'_, T> {
     type Target = T;
     #[inline]
