@@ -1040,6 +1040,11 @@ fn auto_traits_and_debug() {
     let mut g = m.lock();
     *g += 1;
     assert_eq!(std::panic::catch_unwind(move || *g).unwrap(), 6);
+    // Guards display their data, as std's do (h43: only MutexGuard did).
+    assert_eq!(format!("{}", m.lock()), "6");
+    let rw = goro::sync::RwLock::new(7);
+    assert_eq!(format!("{}", rw.read()), "7");
+    assert_eq!(format!("{:>3}", rw.write()), "  7");
     let (_tx, rx) = chan::<i32>(1);
     let s = format!("{:?} {:?}", rx.iter(), rx.try_iter());
     assert!(s.contains("Iter"), "{s}");
