@@ -20,7 +20,8 @@
 //! the G can be reused, so a reused G starts with no values. Destructors may
 //! use goroutine-locals again, as std's thread-local destructors may: a key
 //! not dropped yet shows its value, a new one is created and dropped in
-//! turn, and a key already dropped panics (std's `AccessError`). A
+//! turn, and a key already dropped makes `with` panic (`try_with` returns
+//! an [`AccessError`], as std's do). A
 //! destructor's panic is the goroutine's: its `join` returns `Err` (std
 //! aborts the process for a thread-local's), unless the closure itself
 //! panicked; the other values are dropped all the same.
@@ -59,14 +60,37 @@ struct Locals {
 pub struct LocalKey<T: 'static> {
     /// Builds a goroutine's initial value.
     init: fn() -> T,
-    /// The calling plain thread's value (std thread-local fallback).
-    thread: fn() -> *const T,
+    /// The calling plain thread's value (std thread-local fallback), or
+    /// None once the thread's locals are being destroyed.
+    thread: fn() -> Option<*const T>,
 }
+
+/// The error of [`LocalKey::try_with`]: the calling goroutine's value (or,
+/// on a plain thread, the thread's) was already destroyed. std's
+/// `std::thread::AccessError`, for goroutine-locals. Go has no
+/// goroutine-local storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessError {
+    /// On a plain thread (the std fallback), rather than in a goroutine.
+    thread: bool,
+}
+
+impl core::fmt::Display for AccessError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(if self.thread {
+            "cannot access a Thread Local Storage value during or after destruction"
+        } else {
+            "cannot access a goroutine-local during or after its destruction"
+        })
+    }
+}
+
+impl std::error::Error for AccessError {}
 
 impl<T: 'static> LocalKey<T> {
     #[doc(hidden)]
     /// Used by `goroutine_local!`; not public API.
-    pub const fn __new(init: fn() -> T, thread: fn() -> *const T) -> LocalKey<T> {
+    pub const fn __new(init: fn() -> T, thread: fn() -> Option<*const T>) -> LocalKey<T> {
         LocalKey { init, thread }
     }
 
@@ -78,34 +102,54 @@ impl<T: 'static> LocalKey<T> {
     /// destroyed: in a goroutine, from a goroutine-local destructor running
     /// at exit after this key's value was dropped (or by its own
     /// destructor); on a plain thread, while the thread's locals are being
-    /// destroyed. As std's `with` does.
+    /// destroyed. As std's `with` does; [`try_with`](LocalKey::try_with)
+    /// returns an error for a destroyed value instead.
     /// Never blocks (beyond what the initialiser and `f` do).
     pub fn with<F, R>(&'static self, f: F) -> R
     where
         F: FnOnce(&T) -> R,
     {
+        match self.try_with(f) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As [`with`](LocalKey::with), but returns `Err(AccessError)` rather
+    /// than panic when the value was already destroyed (std's
+    /// `LocalKey::try_with`): what a goroutine-local destructor uses to
+    /// reach another key that the goroutine's exit may have dropped
+    /// already. Creates the value on first use as `with` does (also during
+    /// the exit, for a key not dropped yet), and panics if the initialiser
+    /// panics. Never blocks (beyond what the initialiser and `f` do).
+    pub fn try_with<F, R>(&'static self, f: F) -> Result<R, AccessError>
+    where
+        F: FnOnce(&T) -> R,
+    {
         let gp = crate::m::getg();
         if gp.is_null() {
+            let v = (self.thread)().ok_or(AccessError { thread: true })?;
             // SAFETY: the pointer comes from this thread's `thread_local!`
             // value, which lives until the thread exits, and we stay on this
             // thread (a plain thread does not migrate) while `f` runs.
-            return f(unsafe { &*(self.thread)() });
+            return Ok(f(unsafe { &*v }));
         }
-        let v = self.goroutine_value(gp);
+        let v = self.goroutine_value(gp)?;
         // SAFETY: v points into a Box owned by this goroutine's table; the
         // box is freed only by drop_locals (when the goroutine is done, never
         // while `f` runs) and entries are never replaced, so it outlives `f`.
-        f(unsafe { &*v })
+        Ok(f(unsafe { &*v }))
     }
 
-    /// The current goroutine's value, created if needed.
-    fn goroutine_value(&'static self, gp: *mut crate::g::G) -> *const T {
+    /// The current goroutine's value, created if needed; Err if the
+    /// goroutine's exit has dropped it.
+    fn goroutine_value(&'static self, gp: *mut crate::g::G) -> Result<*const T, AccessError> {
         let key = self as *const LocalKey<T> as usize;
         if let Some(v) = lookup::<T>(gp, key) {
-            return v;
+            return Ok(v);
         }
         if destroyed(gp, key) {
-            panic!("cannot access a goroutine-local during or after its destruction");
+            return Err(AccessError { thread: false });
         }
         // Build outside any borrow of the table: the initialiser may itself
         // use goroutine-locals (and even this one).
@@ -133,7 +177,7 @@ impl<T: 'static> LocalKey<T> {
                 i
             }
         };
-        downcast::<T>(&table.entries[i].1)
+        Ok(downcast::<T>(&table.entries[i].1))
     }
 }
 
@@ -292,11 +336,11 @@ macro_rules! goroutine_local {
             fn __goro_local_init() -> $t {
                 $init
             }
-            fn __goro_local_thread() -> *const $t {
+            fn __goro_local_thread() -> ::core::option::Option<*const $t> {
                 ::std::thread_local! {
                     static __GORO_LOCAL_FALLBACK: $t = __goro_local_init();
                 }
-                __GORO_LOCAL_FALLBACK.with(|v| v as *const $t)
+                __GORO_LOCAL_FALLBACK.try_with(|v| v as *const $t).ok()
             }
             $crate::LocalKey::__new(__goro_local_init, __goro_local_thread)
         };

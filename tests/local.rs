@@ -506,3 +506,53 @@ fn destructor_panic_fails_the_goroutine() {
         );
     });
 }
+
+/// What [`TriesOwnKey`]'s destructor saw: its own key (destroyed), and a
+/// key nobody had touched (created for it).
+static TRY_WITH_SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// A value whose destructor uses `try_with` on its own key and on a fresh
+/// one: std's way for a thread-local destructor to use another key that
+/// may already be gone, without panicking.
+struct TriesOwnKey;
+
+impl Drop for TriesOwnKey {
+    fn drop(&mut self) {
+        let own = TRIES_OWN_KEY.try_with(|_| ()).map_err(|e| e.to_string());
+        let fresh = COUNTER.try_with(|c| c.get()).map_err(|e| e.to_string());
+        TRY_WITH_SEEN
+            .lock()
+            .unwrap()
+            .push(format!("{own:?} {fresh:?}"));
+    }
+}
+
+goro::goroutine_local! {
+    static TRIES_OWN_KEY: TriesOwnKey = const { TriesOwnKey };
+}
+
+/// `try_with` (std's `LocalKey::try_with`): `Err(AccessError)` instead of
+/// a panic for a value already destroyed, otherwise `with`'s result; on a
+/// plain thread it is std's. h43: goroutine_local! keys had no `try_with`,
+/// so a destructor had no way to use a key that might be gone except to
+/// catch `with`'s panic.
+#[test]
+fn try_with_reports_destroyed_values() {
+    let _w = common::watchdog();
+    common::run(|| {
+        assert_eq!(COUNTER.try_with(|c| c.get() + 1), Ok(1));
+        goro::spawn(|| TRIES_OWN_KEY.with(|_| ())).join().unwrap();
+        let seen = TRY_WITH_SEEN.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            ["Err(\"cannot access a goroutine-local during or after its destruction\") Ok(0)"]
+        );
+    });
+    // A plain thread: std's thread-local fallback.
+    std::thread::spawn(|| {
+        COUNTER.set(5);
+        assert_eq!(COUNTER.try_with(|c| c.get()), Ok(5));
+    })
+    .join()
+    .unwrap();
+}
