@@ -95,19 +95,30 @@ impl<E: Send + 'static> Group<E> {
     /// functions at once; `None` removes the limit (Go's `SetLimit`, with
     /// a negative n as None).
     ///
-    /// `Some(0)` makes every `go` block and every `try_go` fail, as in Go.
+    /// `Some(0)` makes every `go` block and every `try_go` fail, as in Go;
+    /// any larger `n` is accepted (one above `u32::MAX` limits nothing in
+    /// practice).
     ///
-    /// Panics if a goroutine of the group is running (as Go's does): the
-    /// limit must be set before the first `go`, or after `wait`.
+    /// Panics if `n` is `Some` and a goroutine of the group is running
+    /// under a limit (as Go's does): a limit must be set before the first
+    /// `go`, or after `wait`. Removing it (`None`) never panics, as in Go
+    /// (whose check comes after its return for n < 0): the running
+    /// goroutines give their permits back to the old limit, and a `go`
+    /// already waiting for one still waits for it, as in Go; later calls
+    /// are not limited (before h43 this panicked too). Never blocks.
     pub fn set_limit(&self, n: Option<usize>) {
         let mut sem = self.inner.sem.lock();
-        if let Some(s) = sem.as_ref() {
+        if let (Some(_), Some(s)) = (n, sem.as_ref()) {
             assert!(
                 Arc::strong_count(s) == 1,
                 "errgroup: modify limit while goroutines in the group are still active"
             );
         }
-        *sem = n.map(|n| Arc::new(Semaphore::new(n)));
+        // A Semaphore holds at most u32::MAX permits; Go accepts any int
+        // (a channel of zero-sized tokens), and no process runs more than
+        // u32::MAX goroutines, so a larger limit is that one (before h43
+        // it panicked in Semaphore::new).
+        *sem = n.map(|n| Arc::new(Semaphore::new(n.min(u32::MAX as usize))));
     }
 
     /// Runs `f` in a new goroutine of the group (Go's `g.Go`). With a
@@ -180,16 +191,17 @@ impl<E: Send + 'static> Group<E> {
                             }
                         }
                     }
-                    Err(payload) => {
-                        let mut first = inner.panic.lock();
-                        if first.is_none() {
-                            *first = Some(payload);
-                        }
-                        drop(first);
-                        if let Some(c) = &inner.cancel {
-                            c.cancel();
-                        }
-                    }
+                    Err(payload) => inner.panicked(payload),
+                }
+                // The goroutine's locals die with it, before `finish`
+                // marks it done, so `wait` sees them dropped (as `join`
+                // and `scope` do), and a destructor's panic is the
+                // goroutine's (as in crate::local::drop_locals_into).
+                // Before h43 they were dropped in the goroutine's
+                // epilogue, after `done`: `wait` could return while their
+                // destructors had not run, and a panic there was lost.
+                if let Err(payload) = std::panic::catch_unwind(crate::local::drop_locals) {
+                    inner.panicked(payload);
                 }
             },
             None,
@@ -201,7 +213,8 @@ impl<E: Send + 'static> Group<E> {
     }
 
     /// Waits (parks the goroutine, blocks a thread) until every goroutine
-    /// started by [`go`](Group::go) has returned, cancels the group's
+    /// started by [`go`](Group::go) has returned (its goroutine-locals
+    /// dropped), cancels the group's
     /// context, and returns the first error (Go's `g.Wait`). If a group
     /// goroutine panicked, resumes that panic here instead
     /// (`std::panic::resume_unwind`). The error is taken: a second `wait`
@@ -217,6 +230,21 @@ impl<E: Send + 'static> Group<E> {
         match self.inner.err.lock().take() {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+impl<E> Inner<E> {
+    /// A group goroutine panicked: keeps the first payload for `wait`
+    /// (later ones are dropped) and cancels the group's context.
+    fn panicked(&self, payload: Box<dyn Any + Send>) {
+        let mut first = self.panic.lock();
+        if first.is_none() {
+            *first = Some(payload);
+        }
+        drop(first);
+        if let Some(c) = &self.cancel {
+            c.cancel();
         }
     }
 }

@@ -133,7 +133,7 @@ pub use chan::{
     SendTimeoutError, Sender, TryIter, TryRecvError, TrySendError,
 };
 pub use dump::dump;
-pub use local::LocalKey;
+pub use local::{AccessError, LocalKey};
 pub use preempt::PreemptMode;
 pub use proc::{spawn, Builder, JoinHandle};
 pub use sched::MAX_PROCS;

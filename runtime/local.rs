@@ -20,7 +20,11 @@
 //! the G can be reused, so a reused G starts with no values. Destructors may
 //! use goroutine-locals again, as std's thread-local destructors may: a key
 //! not dropped yet shows its value, a new one is created and dropped in
-//! turn, and a key already dropped panics (std's `AccessError`).
+//! turn, and a key already dropped makes `with` panic (`try_with` returns
+//! an [`AccessError`], as std's do). A
+//! destructor's panic is the goroutine's: its `join` returns `Err` (std
+//! aborts the process for a thread-local's), unless the closure itself
+//! panicked; the other values are dropped all the same.
 //!
 //! # Plain threads
 //!
@@ -56,14 +60,37 @@ struct Locals {
 pub struct LocalKey<T: 'static> {
     /// Builds a goroutine's initial value.
     init: fn() -> T,
-    /// The calling plain thread's value (std thread-local fallback).
-    thread: fn() -> *const T,
+    /// The calling plain thread's value (std thread-local fallback), or
+    /// None once the thread's locals are being destroyed.
+    thread: fn() -> Option<*const T>,
 }
+
+/// The error of [`LocalKey::try_with`]: the calling goroutine's value (or,
+/// on a plain thread, the thread's) was already destroyed. std's
+/// `std::thread::AccessError`, for goroutine-locals. Go has no
+/// goroutine-local storage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessError {
+    /// On a plain thread (the std fallback), rather than in a goroutine.
+    thread: bool,
+}
+
+impl core::fmt::Display for AccessError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(if self.thread {
+            "cannot access a Thread Local Storage value during or after destruction"
+        } else {
+            "cannot access a goroutine-local during or after its destruction"
+        })
+    }
+}
+
+impl std::error::Error for AccessError {}
 
 impl<T: 'static> LocalKey<T> {
     #[doc(hidden)]
     /// Used by `goroutine_local!`; not public API.
-    pub const fn __new(init: fn() -> T, thread: fn() -> *const T) -> LocalKey<T> {
+    pub const fn __new(init: fn() -> T, thread: fn() -> Option<*const T>) -> LocalKey<T> {
         LocalKey { init, thread }
     }
 
@@ -75,34 +102,54 @@ impl<T: 'static> LocalKey<T> {
     /// destroyed: in a goroutine, from a goroutine-local destructor running
     /// at exit after this key's value was dropped (or by its own
     /// destructor); on a plain thread, while the thread's locals are being
-    /// destroyed. As std's `with` does.
+    /// destroyed. As std's `with` does; [`try_with`](LocalKey::try_with)
+    /// returns an error for a destroyed value instead.
     /// Never blocks (beyond what the initialiser and `f` do).
     pub fn with<F, R>(&'static self, f: F) -> R
     where
         F: FnOnce(&T) -> R,
     {
+        match self.try_with(f) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As [`with`](LocalKey::with), but returns `Err(AccessError)` rather
+    /// than panic when the value was already destroyed (std's
+    /// `LocalKey::try_with`): what a goroutine-local destructor uses to
+    /// reach another key that the goroutine's exit may have dropped
+    /// already. Creates the value on first use as `with` does (also during
+    /// the exit, for a key not dropped yet), and panics if the initialiser
+    /// panics. Never blocks (beyond what the initialiser and `f` do).
+    pub fn try_with<F, R>(&'static self, f: F) -> Result<R, AccessError>
+    where
+        F: FnOnce(&T) -> R,
+    {
         let gp = crate::m::getg();
         if gp.is_null() {
+            let v = (self.thread)().ok_or(AccessError { thread: true })?;
             // SAFETY: the pointer comes from this thread's `thread_local!`
             // value, which lives until the thread exits, and we stay on this
             // thread (a plain thread does not migrate) while `f` runs.
-            return f(unsafe { &*(self.thread)() });
+            return Ok(f(unsafe { &*v }));
         }
-        let v = self.goroutine_value(gp);
+        let v = self.goroutine_value(gp)?;
         // SAFETY: v points into a Box owned by this goroutine's table; the
         // box is freed only by drop_locals (when the goroutine is done, never
         // while `f` runs) and entries are never replaced, so it outlives `f`.
-        f(unsafe { &*v })
+        Ok(f(unsafe { &*v }))
     }
 
-    /// The current goroutine's value, created if needed.
-    fn goroutine_value(&'static self, gp: *mut crate::g::G) -> *const T {
+    /// The current goroutine's value, created if needed; Err if the
+    /// goroutine's exit has dropped it.
+    fn goroutine_value(&'static self, gp: *mut crate::g::G) -> Result<*const T, AccessError> {
         let key = self as *const LocalKey<T> as usize;
         if let Some(v) = lookup::<T>(gp, key) {
-            return v;
+            return Ok(v);
         }
         if destroyed(gp, key) {
-            panic!("cannot access a goroutine-local during or after its destruction");
+            return Err(AccessError { thread: false });
         }
         // Build outside any borrow of the table: the initialiser may itself
         // use goroutine-locals (and even this one).
@@ -130,7 +177,7 @@ impl<T: 'static> LocalKey<T> {
                 i
             }
         };
-        downcast::<T>(&table.entries[i].1)
+        Ok(downcast::<T>(&table.entries[i].1))
     }
 }
 
@@ -265,7 +312,8 @@ impl<T: 'static> LocalKey<core::cell::RefCell<T>> {
 ///
 /// Each goroutine starts from the initialiser (evaluated lazily, on its
 /// first `with`), also when its G is reused; values are dropped when the
-/// goroutine finishes (returns or panics), before `join` returns. On a plain
+/// goroutine finishes (returns or panics), before `join` returns; a panic in
+/// a destructor there makes `join` return `Err` (std aborts). On a plain
 /// OS thread the key falls back to per-thread storage (`thread_local!`).
 /// Usable at module level and inside function bodies; the initialiser may
 /// be written `const { ... }` as with `thread_local!` (it is still evaluated
@@ -288,15 +336,42 @@ macro_rules! goroutine_local {
             fn __goro_local_init() -> $t {
                 $init
             }
-            fn __goro_local_thread() -> *const $t {
+            fn __goro_local_thread() -> ::core::option::Option<*const $t> {
                 ::std::thread_local! {
                     static __GORO_LOCAL_FALLBACK: $t = __goro_local_init();
                 }
-                __GORO_LOCAL_FALLBACK.with(|v| v as *const $t)
+                __GORO_LOCAL_FALLBACK.try_with(|v| v as *const $t).ok()
             }
             $crate::LocalKey::__new(__goro_local_init, __goro_local_thread)
         };
     };
+}
+
+/// Drops the current goroutine's locals ([`drop_locals`]) after its
+/// closure has finished with `r`, and returns the goroutine's result: `r`,
+/// or, if the closure returned but a destructor panicked, that panic. A
+/// goroutine-local destructor runs on the goroutine's stack as part of
+/// its exit, so its panic is the goroutine's, as the closure's is (`join`
+/// returns `Err`; std aborts the process for a thread-local's). The
+/// closure's own panic, if any, is the one kept. Before h43 a destructor's
+/// panic was caught and discarded: `join` returned `Ok`.
+///
+/// The closure's value is dropped here when it is replaced; a panic in
+/// its destructor then is reported by the hook and goes no further (it
+/// would be a second panic of the goroutine).
+pub(crate) fn drop_locals_into<T>(r: std::thread::Result<T>) -> std::thread::Result<T> {
+    let Err(payload) = std::panic::catch_unwind(drop_locals) else {
+        return r;
+    };
+    if r.is_err() {
+        // The closure's panic stands; this one was reported by the hook.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(payload)));
+        return r;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(r)));
+    // The value's destructor may have used goroutine-locals again.
+    let _ = std::panic::catch_unwind(drop_locals);
+    Err(payload)
 }
 
 /// Drops the current goroutine's locals. Called on the goroutine's own

@@ -695,8 +695,9 @@ where
     let id = newproc(
         move || {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            // Goroutine-locals die with the goroutine, before join sees it.
-            let _ = std::panic::catch_unwind(crate::local::drop_locals);
+            // Goroutine-locals die with the goroutine, before join sees it;
+            // a destructor's panic is the goroutine's (crate::local::drop_locals_into).
+            let r = crate::local::drop_locals_into(r);
             // With the handle gone (detached), the packet's last owner is
             // `their`: the result or panic payload is dropped here. A
             // destructor that panics must not unwind into the goroutine's

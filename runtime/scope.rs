@@ -17,15 +17,16 @@
 //! goro's spawn takes `'static` closures. A scoped spawn boxes its closure
 //! (borrowing `'scope` data) and erases the box's lifetime to `'static`.
 //! The box's body, in this order: runs the user's closure (consuming it),
-//! stores the result in the handle's slot, drops its reference to the slot
-//! (so a result nobody will join is dropped here, while the scope still
-//! waits), and last of all calls `WaitGroup::done` from a guard that also
-//! runs if anything before it unwinds. [`scope`] calls `wait` after its
+//! drops the goroutine's locals, stores the result in the handle's slot,
+//! drops its reference to the slot (so a result nobody will join is
+//! dropped here, while the scope still waits; locals its destructor
+//! re-creates are dropped next), and last of all calls `WaitGroup::done`
+//! from a guard that also runs if anything before it unwinds. [`scope`] calls `wait` after its
 //! closure has returned or unwound, and only then returns or resumes the
 //! unwinding: when `wait` returns, every scoped closure has finished with
-//! everything it borrowed. The goroutine's own epilogue after the box
-//! (goroutine-locals, the `()` result of the inner handle) touches only
-//! `'static` data.
+//! everything it borrowed, and its goroutine-locals (all `'static`) are
+//! dropped. The goroutine's own epilogue after the box (the `()` result
+//! of the inner handle) touches only `'static` data.
 
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -43,7 +44,9 @@ use crate::sync::WaitGroup;
 ///
 /// `f` gets a [`Scope`] to spawn with. Every goroutine spawned in the scope
 /// (by `f` or by other scoped goroutines) is waited for before `scope`
-/// returns, whether or not it was joined: the wait parks the calling
+/// returns, whether or not it was joined, its goroutine-locals dropped
+/// (unlike std's scope, which may return before a scoped thread's
+/// thread-locals are destroyed): the wait parks the calling
 /// goroutine, or blocks the calling OS thread outside goroutines (the
 /// runtime starts if needed, as for [`crate::spawn`]).
 ///
@@ -186,7 +189,13 @@ where
         // reverse, so `done` (declared first) runs after `their` is gone.
         let done = done;
         let their = their;
-        let r = catch_unwind(AssertUnwindSafe(f));
+        // The goroutine's locals die with it, before its result is
+        // published and before `scope` sees it finished (as `join` does);
+        // a destructor's panic is the goroutine's (drop_locals_into).
+        // Before h43 they were dropped in the epilogue after this box, so
+        // `scope` could return while their destructors (a per-goroutine
+        // buffer flushed on drop) had not run, and a panic there was lost.
+        let r = crate::local::drop_locals_into(catch_unwind(AssertUnwindSafe(f)));
         if r.is_err() {
             // Release: see `scope`'s Acquire load.
             done.0.unjoined_panics.fetch_add(1, Ordering::Release);
@@ -201,6 +210,9 @@ where
             // Release: see `scope`'s Acquire load.
             done.0.unjoined_panics.fetch_add(1, Ordering::Release);
         }
+        // The result's destructor may have used goroutine-locals again;
+        // they go too (a panic there: reported by the hook only).
+        let _ = catch_unwind(crate::local::drop_locals);
         drop(done);
     };
     let main: Box<dyn FnOnce() + Send + 'scope> = Box::new(main);

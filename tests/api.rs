@@ -983,7 +983,8 @@ fn process_exits_with_goroutines_still_alive() {
 // Rust conventions: auto traits, Debug, crossbeam-compatible helpers.
 
 /// Static assertions: channel ends are unwind-safe (`catch_unwind(|| tx.send(1))`
-/// compiles), goro's Mutex/RwLock are RefUnwindSafe like std's, JoinHandle<T>
+/// compiles), goro's Mutex/RwLock are RefUnwindSafe and Cond and the lock
+/// guards UnwindSafe and RefUnwindSafe like std's, JoinHandle<T>
 /// is Send + Sync for any T: Send (here a !Sync T), and every public type
 /// implements Debug.
 #[test]
@@ -1002,6 +1003,13 @@ fn auto_traits_and_debug() {
     ref_unwind_safe::<goro::sync::Mutex<std::cell::Cell<i32>>>();
     ref_unwind_safe::<goro::sync::Mutex<i32>>();
     ref_unwind_safe::<goro::sync::RwLock<i32>>();
+    // std's Condvar is both (h43: goro's Cond was neither).
+    unwind_safe::<goro::sync::Cond>();
+    // std's guards are both too (h43: goro's MutexGuard and
+    // RwLockWriteGuard were not UnwindSafe).
+    unwind_safe::<goro::sync::MutexGuard<'static, i32>>();
+    unwind_safe::<goro::sync::RwLockReadGuard<'static, i32>>();
+    unwind_safe::<goro::sync::RwLockWriteGuard<'static, i32>>();
     send_sync::<goro::JoinHandle<std::cell::Cell<i32>>>();
     send_sync::<goro::JoinHandle<i32>>();
     send_sync::<goro::time::Timer>();
@@ -1027,6 +1035,16 @@ fn auto_traits_and_debug() {
     assert_eq!(std::panic::catch_unwind(|| rx.recv()).unwrap(), Ok(1));
     let m = goro::sync::Mutex::new(5);
     assert_eq!(std::panic::catch_unwind(|| *m.lock()).unwrap(), 5);
+    let c = goro::sync::Cond::new();
+    std::panic::catch_unwind(|| c.notify_all()).unwrap();
+    let mut g = m.lock();
+    *g += 1;
+    assert_eq!(std::panic::catch_unwind(move || *g).unwrap(), 6);
+    // Guards display their data, as std's do (h43: only MutexGuard did).
+    assert_eq!(format!("{}", m.lock()), "6");
+    let rw = goro::sync::RwLock::new(7);
+    assert_eq!(format!("{}", rw.read()), "7");
+    assert_eq!(format!("{:>3}", rw.write()), "  7");
     let (_tx, rx) = chan::<i32>(1);
     let s = format!("{:?} {:?}", rx.iter(), rx.try_iter());
     assert!(s.contains("Iter"), "{s}");

@@ -369,6 +369,62 @@ fn errgroup_set_limit_while_active_panics() {
     });
 }
 
+/// Removing the limit (`None`, Go's negative n) is allowed while the group
+/// runs, as Go's SetLimit returns before its check for n < 0: the running
+/// goroutines give their permits back to the old limit, and new ones are
+/// not limited. h43: it panicked 'modify limit while goroutines in the
+/// group are still active'.
+#[test]
+fn errgroup_removing_the_limit_while_active_does_not_panic() {
+    let _w = common::watchdog();
+    run(|| {
+        let g = Group::<()>::new();
+        g.set_limit(Some(1));
+        let (gate_tx, gate_rx) = chan::<()>(0);
+        for _ in 0..2 {
+            let gate_rx = gate_rx.clone();
+            let go = move || {
+                let _ = gate_rx.recv();
+                Ok(())
+            };
+            if g.try_go(go.clone()) {
+                continue;
+            }
+            // At the limit: remove it (as Go's g.SetLimit(-1)), then go.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.set_limit(None)));
+            assert!(r.is_ok(), "removing the limit while active panicked");
+            assert!(g.try_go(go), "the removed limit still applies");
+        }
+        drop(gate_tx);
+        assert_eq!(g.wait(), Ok(()));
+        // A new limit once the group is idle again.
+        g.set_limit(Some(1));
+        assert!(g.try_go(|| Ok(())));
+        assert_eq!(g.wait(), Ok(()));
+    });
+}
+
+/// Any limit is accepted, as Go's SetLimit accepts any int (its semaphore
+/// is a channel of zero-sized tokens): one above `u32::MAX` limits nothing
+/// in practice. h43: it panicked 'goro::sync::Semaphore: more than
+/// u32::MAX permits' (the limit's semaphore holds at most that many).
+#[test]
+fn errgroup_limit_above_u32_max() {
+    let _w = common::watchdog();
+    run(|| {
+        let g = Group::<()>::new();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            g.set_limit(Some(usize::MAX))
+        }));
+        assert!(r.is_ok(), "a limit above u32::MAX panicked");
+        for _ in 0..10 {
+            assert!(g.try_go(|| Ok(())));
+        }
+        g.go(|| Ok(()));
+        assert_eq!(g.wait(), Ok(()));
+    });
+}
+
 /// TestPanic: a panic in a group goroutine cancels the context and is
 /// resumed by `wait`, after the other goroutines have finished.
 #[test]
@@ -466,4 +522,92 @@ fn errgroup_failed_go_leaves_nothing_behind() {
         "child exited with {:?}:\n{stderr}",
         out.status
     );
+}
+
+goro::goroutine_local! {
+    /// A group goroutine's per-goroutine buffer, flushed when it drops.
+    static FLUSH_ON_EXIT: std::cell::RefCell<Option<FlushOnDrop>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A goroutine-local value that "flushes" into a shared counter when its
+/// goroutine exits, after waiting until the group's waiter is parked (so
+/// the flush happens while `wait` is still waiting, if it waits for it at
+/// all).
+struct FlushOnDrop {
+    waiter: u64,
+    flushed: Arc<AtomicUsize>,
+}
+
+impl Drop for FlushOnDrop {
+    fn drop(&mut self) {
+        common::wait_parked(self.waiter);
+        self.flushed.fetch_add(1, SeqCst);
+    }
+}
+
+/// `wait` returns once the group's goroutines have finished, their
+/// goroutine-locals dropped (as `join` and `scope` see them). h43: a group
+/// goroutine marked itself done before its locals were dropped (in the
+/// goroutine's epilogue), so `wait` returned while their destructors had
+/// not run (here: were still waiting for the waiter to park, which it
+/// never did again).
+#[test]
+fn errgroup_wait_waits_for_goroutine_local_destructors() {
+    let _w = common::watchdog();
+    run(|| {
+        let waiter = goro::current_id().unwrap();
+        let flushed = Arc::new(AtomicUsize::new(0));
+        let n = 4;
+        let g = Group::<()>::new();
+        for _ in 0..n {
+            let flushed = flushed.clone();
+            g.go(move || {
+                FLUSH_ON_EXIT.set(Some(FlushOnDrop { waiter, flushed }));
+                Ok(())
+            });
+        }
+        assert_eq!(g.wait(), Ok(()));
+        assert_eq!(
+            flushed.load(SeqCst),
+            n,
+            "wait returned before the group's goroutine-locals were dropped"
+        );
+    });
+}
+
+/// A goroutine-local value whose destructor panics.
+struct LocalPanicsOnDrop;
+
+impl Drop for LocalPanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("goroutine-local destructor panics (expected by the test)");
+    }
+}
+
+goro::goroutine_local! {
+    static FAILS_ON_EXIT: std::cell::RefCell<Option<LocalPanicsOnDrop>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A panic in a group goroutine's goroutine-local destructor is that
+/// goroutine's panic: it cancels the group's context and `wait` resumes
+/// it. h43: it was caught and discarded (`wait` returned `Ok`).
+#[test]
+fn errgroup_local_destructor_panic_is_resumed_by_wait() {
+    let _w = common::watchdog();
+    run(|| {
+        let (g, ctx) = Group::<()>::with_context(&background());
+        g.go(|| {
+            FAILS_ON_EXIT.set(Some(LocalPanicsOnDrop));
+            Ok(())
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.wait()));
+        let payload = r.expect_err("wait returned although a destructor panicked");
+        assert_eq!(
+            *payload.downcast::<&str>().unwrap(),
+            "goroutine-local destructor panics (expected by the test)"
+        );
+        assert_eq!(ctx.err(), Some(ContextError::Canceled));
+    });
 }

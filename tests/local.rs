@@ -440,3 +440,119 @@ fn plain_thread_fallback() {
     assert_eq!(in_g, 0);
     assert_eq!(COUNTER.get(), 99);
 }
+
+/// A value whose destructor panics (a per-goroutine resource whose
+/// release check fails), and counts its drops.
+struct PanicsOnDrop(Arc<AtomicUsize>);
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+        panic!("goroutine-local destructor panics (expected by the test)");
+    }
+}
+
+goro::goroutine_local! {
+    static FAILS_ON_EXIT: RefCell<Option<PanicsOnDrop>> = const { RefCell::new(None) };
+    static ALSO_DROPPED: RefCell<Option<Probe>> = const { RefCell::new(None) };
+}
+
+fn payload_str(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(|s| s.as_str()))
+        .unwrap_or("<non-string payload>")
+}
+
+/// A panic in a goroutine-local destructor is a panic of the goroutine
+/// (the values are dropped on its stack before `join` returns): `join`
+/// returns `Err` with its payload, and the goroutine's other values are
+/// still dropped. If the closure itself panicked, `join` reports that
+/// panic. h43: the destructor's panic was caught and discarded, and
+/// `join` returned `Ok` as if nothing had failed (std aborts the process
+/// there).
+#[test]
+fn destructor_panic_fails_the_goroutine() {
+    let _w = common::watchdog();
+    common::run(|| {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let probes = Arc::new(AtomicUsize::new(0));
+        let (d, p) = (drops.clone(), probes.clone());
+        let r = goro::spawn(move || {
+            FAILS_ON_EXIT.set(Some(PanicsOnDrop(d)));
+            ALSO_DROPPED.set(Some(Probe { id: 1, drops: p }));
+            5
+        })
+        .join();
+        assert_eq!(drops.load(SeqCst), 1);
+        assert_eq!(probes.load(SeqCst), 1, "the other value was not dropped");
+        let payload = r.expect_err("join returned Ok although a destructor panicked");
+        assert_eq!(
+            payload_str(&*payload),
+            "goroutine-local destructor panics (expected by the test)"
+        );
+
+        // The closure's own panic wins over the destructor's.
+        let d = drops.clone();
+        let r = goro::spawn(move || {
+            FAILS_ON_EXIT.set(Some(PanicsOnDrop(d)));
+            panic!("closure panics (expected by the test)");
+        })
+        .join();
+        assert_eq!(drops.load(SeqCst), 2);
+        assert_eq!(
+            payload_str(&*r.unwrap_err()),
+            "closure panics (expected by the test)"
+        );
+    });
+}
+
+/// What [`TriesOwnKey`]'s destructor saw: its own key (destroyed), and a
+/// key nobody had touched (created for it).
+static TRY_WITH_SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// A value whose destructor uses `try_with` on its own key and on a fresh
+/// one: std's way for a thread-local destructor to use another key that
+/// may already be gone, without panicking.
+struct TriesOwnKey;
+
+impl Drop for TriesOwnKey {
+    fn drop(&mut self) {
+        let own = TRIES_OWN_KEY.try_with(|_| ()).map_err(|e| e.to_string());
+        let fresh = COUNTER.try_with(|c| c.get()).map_err(|e| e.to_string());
+        TRY_WITH_SEEN
+            .lock()
+            .unwrap()
+            .push(format!("{own:?} {fresh:?}"));
+    }
+}
+
+goro::goroutine_local! {
+    static TRIES_OWN_KEY: TriesOwnKey = const { TriesOwnKey };
+}
+
+/// `try_with` (std's `LocalKey::try_with`): `Err(AccessError)` instead of
+/// a panic for a value already destroyed, otherwise `with`'s result; on a
+/// plain thread it is std's. h43: goroutine_local! keys had no `try_with`,
+/// so a destructor had no way to use a key that might be gone except to
+/// catch `with`'s panic.
+#[test]
+fn try_with_reports_destroyed_values() {
+    let _w = common::watchdog();
+    common::run(|| {
+        assert_eq!(COUNTER.try_with(|c| c.get() + 1), Ok(1));
+        goro::spawn(|| TRIES_OWN_KEY.with(|_| ())).join().unwrap();
+        let seen = TRY_WITH_SEEN.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            ["Err(\"cannot access a goroutine-local during or after its destruction\") Ok(0)"]
+        );
+    });
+    // A plain thread: std's thread-local fallback.
+    std::thread::spawn(|| {
+        COUNTER.set(5);
+        assert_eq!(COUNTER.try_with(|c| c.get()), Ok(5));
+    })
+    .join()
+    .unwrap();
+}

@@ -294,3 +294,96 @@ fn builder_spawn_scoped() {
         assert_eq!(r, 42);
     });
 }
+
+goro::goroutine_local! {
+    /// A scoped goroutine's per-goroutine buffer, flushed when it drops.
+    static FLUSH_ON_EXIT: std::cell::RefCell<Option<FlushOnDrop>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A goroutine-local value that "flushes" into a shared counter when its
+/// goroutine exits, after waiting until the scope's caller is parked (so
+/// the flush happens while the caller is still inside `scope`, if `scope`
+/// waits for it at all).
+struct FlushOnDrop {
+    caller: u64,
+    flushed: std::sync::Arc<AtomicUsize>,
+}
+
+impl Drop for FlushOnDrop {
+    fn drop(&mut self) {
+        common::wait_parked(self.caller);
+        self.flushed.fetch_add(1, SeqCst);
+    }
+}
+
+/// `scope` returns only after its goroutines have finished, and a
+/// goroutine's locals die with it (as `join` sees them dropped): a
+/// per-goroutine value flushed by its destructor is flushed when `scope`
+/// returns. h43: the scoped goroutine marked itself done before its
+/// goroutine-locals were dropped (in the epilogue after the scoped box),
+/// so `scope` returned while the destructors had not run (here: were
+/// still waiting for the caller to park, which it never did again).
+#[test]
+fn scope_waits_for_goroutine_local_destructors() {
+    let _w = common::watchdog();
+    run(|| {
+        let caller = goro::current_id().unwrap();
+        let flushed = std::sync::Arc::new(AtomicUsize::new(0));
+        let n = 4;
+        goro::scope(|s| {
+            for _ in 0..n {
+                let flushed = flushed.clone();
+                s.spawn(move || {
+                    FLUSH_ON_EXIT.set(Some(FlushOnDrop { caller, flushed }));
+                });
+            }
+        });
+        assert_eq!(
+            flushed.load(SeqCst),
+            n,
+            "scope returned before its goroutines' locals were dropped"
+        );
+    });
+}
+
+/// A goroutine-local value whose destructor panics.
+struct LocalPanicsOnDrop;
+
+impl Drop for LocalPanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("goroutine-local destructor panics (expected by the test)");
+    }
+}
+
+goro::goroutine_local! {
+    static FAILS_ON_EXIT: std::cell::RefCell<Option<LocalPanicsOnDrop>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A panic in a scoped goroutine's goroutine-local destructor is that
+/// goroutine's panic: its `join` returns `Err`, and unjoined it makes the
+/// scope panic. h43: it was caught and discarded (join returned `Ok`, the
+/// scope returned normally).
+#[test]
+fn local_destructor_panic_is_the_scoped_goroutines() {
+    let _w = common::watchdog();
+    run(|| {
+        let r = goro::scope(|s| {
+            s.spawn(|| FAILS_ON_EXIT.set(Some(LocalPanicsOnDrop)))
+                .join()
+        });
+        let payload = r.expect_err("join returned Ok although a destructor panicked");
+        assert_eq!(
+            *payload.downcast::<&str>().unwrap(),
+            "goroutine-local destructor panics (expected by the test)"
+        );
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            goro::scope(|s| {
+                s.spawn(|| FAILS_ON_EXIT.set(Some(LocalPanicsOnDrop)));
+            })
+        }));
+        let msg = *r.expect_err("scope must panic").downcast::<&str>().unwrap();
+        assert_eq!(msg, "a scoped goroutine panicked");
+    });
+}

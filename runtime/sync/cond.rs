@@ -35,6 +35,15 @@ pub struct Cond {
     notify: NotifyList,
 }
 
+// Like std's Condvar, usable across `catch_unwind` (`catch_unwind(||
+// c.notify_all())` compiles). The notify list's cells are only touched
+// under its lock, for a few pointer operations that cannot panic, so a
+// panic never leaves it half-updated; a waiter that unwinds is never
+// listed (it unwinds before `wait` queues it or after it was unlinked).
+// Before h43 the list's UnsafeCell made Cond neither.
+impl std::panic::UnwindSafe for Cond {}
+impl std::panic::RefUnwindSafe for Cond {}
+
 impl Cond {
     /// A condition variable with no waiters; usable in a `static`. Never
     /// blocks. Go's `sync.NewCond(l)`, without `l`: each `wait` is given

@@ -438,6 +438,12 @@ pub struct MutexGuard<'a, T: ?Sized> {
     _marker: PhantomData<&'a mut T>,
 }
 
+// Like std's guard, which may be moved into `catch_unwind`; std backs
+// this with poisoning, goro with Go's rule that a panic leaves the data as
+// the holder left it (see the note on `Mutex`). `_marker`'s `&mut T`
+// made it !UnwindSafe before h43.
+impl<T: ?Sized> std::panic::UnwindSafe for MutexGuard<'_, T> {}
+
 impl<T: ?Sized> Deref for MutexGuard<'_, T> {
     type Target = T;
     #[inline]

@@ -276,6 +276,12 @@ impl<T: ?Sized + core::fmt::Debug> core::fmt::Debug for RwLockReadGuard<'_, T> {
     }
 }
 
+impl<T: ?Sized + core::fmt::Display> core::fmt::Display for RwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
 /// Exclusive access to an [`RwLock`]'s data; releases the write lock on
 /// drop. May be sent to another goroutine or thread when `T: Send + Sync`.
 #[must_use = "if unused the RwLock will immediately unlock"]
@@ -284,6 +290,10 @@ pub struct RwLockWriteGuard<'a, T: ?Sized> {
     /// With `lock`: Send and Sync iff T: Send + Sync.
     _marker: PhantomData<&'a mut T>,
 }
+
+// Like std's guard, which may be moved into `catch_unwind`; see the note
+// on `MutexGuard` (h43: `_marker`'s `&mut T` made it !UnwindSafe).
+impl<T: ?Sized> std::panic::UnwindSafe for RwLockWriteGuard<'_, T> {}
 
 impl<T: ?Sized> Deref for RwLockWriteGuard<'_, T> {
     type Target = T;
@@ -312,5 +322,11 @@ impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
 impl<T: ?Sized + core::fmt::Debug> core::fmt::Debug for RwLockWriteGuard<'_, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         core::fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + core::fmt::Display> core::fmt::Display for RwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        (**self).fmt(f)
     }
 }
