@@ -2589,3 +2589,78 @@ fn errno_survives_asynchronous_preemption() {
         },
     );
 }
+
+/// A goroutine whose unwrapped blocking call was detached (blocking
+/// detection) takes a P back at its next runtime entry, which may be one
+/// that never parks and is no documented switch point (here
+/// `WaitGroup::done` with a waiter: a semaphore release). It must go on
+/// on its own thread there, in both modes, as a detached G that the
+/// handler stops does: it may hold a thread-local borrow, a `tracing`
+/// span or std's stdout lock across the call. Before (h44) it was queued
+/// for any M when its P was busy: 10 of 10 goroutines resumed on the
+/// thread that ran the yielding loop.
+#[test]
+fn detached_goroutine_keeps_its_thread() {
+    detached_goroutine_keeps_its_thread_in("detached_goroutine_keeps_its_thread", "pinned");
+}
+
+/// The same in migrating mode (which pins detached goroutines too).
+#[test]
+fn detached_goroutine_keeps_its_thread_migrate() {
+    detached_goroutine_keeps_its_thread_in(
+        "detached_goroutine_keeps_its_thread_migrate",
+        "migrate",
+    );
+}
+
+fn detached_goroutine_keeps_its_thread_in(name: &str, mode: &str) {
+    let godebug = format!("goropreempt={mode}");
+    child(name, &[ONE_P, ("GODEBUG", &godebug)], || {
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            // Work that waits for the P (so sysmon detaches the sleeper's)
+            // and yields often (so the M running it takes the sleeper from
+            // the global queue, rather than the sleeper's own M).
+            let yielder = {
+                let stop = stop.clone();
+                goro::spawn(move || {
+                    while !stop.load(Relaxed) {
+                        for i in 0..1_000u64 {
+                            std::hint::black_box(i);
+                        }
+                        goro::yield_now();
+                    }
+                })
+            };
+            let mut moved = 0;
+            let detaches = goro::stats().retakes_detected;
+            let rounds = 10;
+            for _ in 0..rounds {
+                let wg = goro::sync::WaitGroup::new();
+                wg.add(1);
+                let done = wg.clone();
+                let h = goro::spawn(move || {
+                    let before = tid();
+                    // Unwrapped: detected and detached while it sleeps.
+                    std::thread::sleep(Duration::from_millis(30));
+                    // The waiter is parked: a release that readies it.
+                    done.done();
+                    (before, tid())
+                });
+                wg.wait();
+                let (before, after) = h.join().unwrap();
+                if before != after {
+                    moved += 1;
+                }
+            }
+            stop.store(true, Relaxed);
+            yielder.join().unwrap();
+            let st = goro::stats();
+            assert!(st.retakes_detected > detaches, "never detached: {st:?}");
+            assert_eq!(
+                moved, 0,
+                "{moved} of {rounds} goroutines changed thread at WaitGroup::done: {st:?}"
+            );
+        })
+    });
+}
