@@ -21,6 +21,8 @@
 //! - the pc is in the main executable's text (not libc, ld.so, the vdso or
 //!   another shared object, whose locks and thread caches goro cannot see)
 //!   and not in goro's assembly (mid-switch);
+//! - the interrupted context blocks no signal that the M's thread did not
+//!   block at its start (`m.sigmask`): not a signal handler's;
 //! - in pinned mode, fewer than the configured number of Ms are already
 //!   sleeping for pinned Gs.
 //!
@@ -444,7 +446,19 @@ pub(crate) unsafe fn on_signal(
     let (ss_lo, ss_size) = m.gsignal.get();
     let frame = crate::arch::sigframe_start(info, ctx);
     let off_stack = frame < ss_lo || frame >= ss_lo + ss_size;
-    let foreign = off_stack || !pc_is_safe(pc);
+    // A context that blocks signals this thread does not block normally
+    // is a signal handler's (the kernel blocks the handled signal, and
+    // the handler's sa_mask, while it runs) or code that asked not to be
+    // interrupted. A user's handler without SA_ONSTACK runs on the G's
+    // stack, in the executable: the pc check passes, yet it may have
+    // interrupted malloc or stdio holding their locks, and the G stopped
+    // there would sleep pinned with them (h44: a goroutine was preempted
+    // inside a slow SIGUSR1 handler for another to run). Go never stops a
+    // goroutine in a handler. Treated as foreign code: refused, and the P
+    // detached once sysmon escalates.
+    // SAFETY: ctx is the interrupted user context.
+    let masked = unsafe { crate::arch::uc_sigmask(ctx) } & !m.sigmask.get() != 0;
+    let foreign = off_stack || masked || !pc_is_safe(pc);
     if req == REQ_PREEMPT_OR_DETACH
         && status == GStatus::Running
         && !detached
