@@ -82,6 +82,11 @@ goro_switch:
 goro_gogo:
     .cfi_startproc
     mov sp, x0                      // adopt the target's stack
+    // From here the resumed context is the caller: its SwitchFrame is at
+    // sp, as at goro_restore's entry (as in goro_switch). The entry rules
+    // would take x30 (gogo's own caller on g0) with the new sp.
+    .cfi_def_cfa sp, 32
+    FRAME_CFI
     b goro_restore
     .cfi_endproc
     .size goro_gogo, .-goro_gogo

@@ -99,6 +99,12 @@ goro_switch:
 goro_gogo:
     .cfi_startproc
     mov rsp, rdi                    // adopt the target's stack
+    // From here the resumed context is the caller: its SwitchFrame is at
+    // sp, as at goro_restore's entry (as in goro_switch). The entry rules
+    // would read the frame's scratch word as a return address.
+    .cfi_def_cfa rsp, 32
+    .cfi_offset rbp, -16
+    .cfi_offset rbx, -24
     jmp goro_restore
     .cfi_endproc
     .size goro_gogo, .-goro_gogo

@@ -192,6 +192,11 @@ pub(crate) struct M {
     pub(crate) retired: Cell<bool>,
     /// Alternate signal stack (base, size), for the guard-page fault handler.
     pub(crate) gsignal: Cell<(usize, usize)>,
+    /// The thread's blocked signals as minit left them (bit n - 1 for
+    /// signal n): the SIGURG handler does not stop a goroutine whose
+    /// interrupted context blocks more (preempt::on_signal). Written by
+    /// minit, read by the handler, both on this M's thread.
+    pub(crate) sigmask: Cell<u64>,
     /// Saved context of `mstart` on the thread's native stack (a `Gobuf`'s
     /// sp; 0 before mstart): `mexit` resumes it so mstart returns and the
     /// thread ends through its start function (Go's g0.sched as recorded in
@@ -243,6 +248,7 @@ impl M {
             lockedg: Cell::new(ptr::null_mut()),
             retired: Cell::new(false),
             gsignal: Cell::new((0, 0)),
+            sigmask: Cell::new(0),
             mstart_buf: Cell::new(0),
             trace: AtomicBool::new(false),
             fibers: crate::arch::MFibers::new(),
@@ -286,6 +292,7 @@ impl M {
             lockedg,
             retired,
             gsignal,
+            sigmask,
             mstart_buf,
             trace,
             fibers: _, // set whole by MFibers::init in mstart before any use
@@ -315,6 +322,7 @@ impl M {
         lockedg.set(ptr::null_mut());
         retired.set(false);
         gsignal.set((0, 0));
+        sigmask.set(0);
         mstart_buf.set(0);
         trace.store(false, Ordering::Relaxed);
     }

@@ -21,6 +21,8 @@
 //! - the pc is in the main executable's text (not libc, ld.so, the vdso or
 //!   another shared object, whose locks and thread caches goro cannot see)
 //!   and not in goro's assembly (mid-switch);
+//! - the interrupted context blocks no signal that the M's thread did not
+//!   block at its start (`m.sigmask`): not a signal handler's;
 //! - in pinned mode, fewer than the configured number of Ms are already
 //!   sleeping for pinned Gs.
 //!
@@ -69,9 +71,11 @@
 //! When the call returns, the G runs user code without a P until its next
 //! runtime entry ([`reacquire`], via `parkable_g`, runtime locks and every
 //! mcall), which exits the implicit syscall (its old P back if still
-//! free, any idle P, or queue and park); if it computes without entering the
-//! runtime, sysmon signals it (it is `running` again) and the handler sends
-//! it through the trampoline, where it reacquires in the same way (pinned).
+//! free, any idle P, or queue and park pinned to its M: the entry need not
+//! be a switch point, so the G goes on on its own thread); if it computes
+//! without entering the runtime, sysmon signals it (it is `running` again)
+//! and the handler sends it through the trampoline, where it reacquires in
+//! the same way.
 
 use crate::g::{GStatus, Pin, G};
 use crate::m::{getm, M};
@@ -442,7 +446,19 @@ pub(crate) unsafe fn on_signal(
     let (ss_lo, ss_size) = m.gsignal.get();
     let frame = crate::arch::sigframe_start(info, ctx);
     let off_stack = frame < ss_lo || frame >= ss_lo + ss_size;
-    let foreign = off_stack || !pc_is_safe(pc);
+    // A context that blocks signals this thread does not block normally
+    // is a signal handler's (the kernel blocks the handled signal, and
+    // the handler's sa_mask, while it runs) or code that asked not to be
+    // interrupted. A user's handler without SA_ONSTACK runs on the G's
+    // stack, in the executable: the pc check passes, yet it may have
+    // interrupted malloc or stdio holding their locks, and the G stopped
+    // there would sleep pinned with them (h44: a goroutine was preempted
+    // inside a slow SIGUSR1 handler for another to run). Go never stops a
+    // goroutine in a handler. Treated as foreign code: refused, and the P
+    // detached once sysmon escalates.
+    // SAFETY: ctx is the interrupted user context.
+    let masked = unsafe { crate::arch::uc_sigmask(ctx) } & !m.sigmask.get() != 0;
+    let foreign = off_stack || masked || !pc_is_safe(pc);
     if req == REQ_PREEMPT_OR_DETACH
         && status == GStatus::Running
         && !detached
@@ -596,13 +612,8 @@ extern "C" fn async_preempt(frame: usize) -> usize {
     let g = unsafe { &*gp };
     if m.detached.load(Ordering::Relaxed) {
         // A detached G computing: take a P back before running on, on
-        // this thread if it must wait for one (in both modes: the
-        // interrupted code may hold thread state, as any detached G's).
-        if g.lockedm.get().is_null() {
-            pin(m, gp, Pin::Required);
-        }
+        // this thread if it must wait for one (reacquire_locked pins it).
         reacquire_locked(mp);
-        unpin_if_running_here(gp);
     } else {
         crate::sysmon::PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
         PREEMPTIONS_ASYNC.fetch_add(1, Ordering::Relaxed);
@@ -700,17 +711,38 @@ pub(crate) fn acquirem_with_p() -> *mut M {
 /// The reacquire itself, inside the critical section `mp` (which it ends):
 /// the detached state is re-checked, cleared and exited with no window for
 /// a signal in between.
+///
+/// The G resumes on this thread, in both modes: if it must wait for a P
+/// it is pinned here (`Pin::Required`) and this M sleeps until one is
+/// handed to it. The user wrote no switch point: the blocking call was
+/// unwrapped, and the runtime entry that ends it may be one that never
+/// parks (`WaitGroup::done`, a `Cond` notify), with a thread-local
+/// borrow, a `tracing` span or std's stdout lock held across it.
+/// Before (h44), only the handler's path (a detached G found
+/// computing) pinned; a cooperative entry queued the G for any M, and 10
+/// of 10 goroutines that called `WaitGroup::done` after an unwrapped
+/// `std::thread::sleep`, beside a yielding loop at GOMAXPROCS=1, went on
+/// on another thread (test `preempt::detached_goroutine_keeps_its_thread`).
 #[cold]
 fn reacquire_locked(mp: *mut M) {
     // SAFETY: this thread's M.
     let m = unsafe { &*mp };
-    if m.curg.get().is_null() || !m.detached.load(Ordering::Relaxed) {
+    let gp = m.curg.get();
+    if gp.is_null() || !m.detached.load(Ordering::Relaxed) {
         crate::m::releasem(mp);
         return;
     }
     m.detached.store(false, Ordering::Relaxed);
     REACQUIRES.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: curg is this M's running G (we run on it, inside the
+    // section).
+    if unsafe { (*gp).lockedm.get() }.is_null() {
+        pin(m, gp, Pin::Required);
+    }
     crate::syscall::exitsyscall_locked(mp);
+    // Resumed on this M: a slow exit was unpinned by execute, a fast one
+    // (the old P, or an idle one, at once) is unpinned here.
+    unpin_if_running_here(gp);
 }
 
 /// Parks-while-unwinding guard: a G that parks while

@@ -106,6 +106,15 @@ pub(crate) fn unblock_runtime_signals() {
     );
 }
 
+/// Signals 1 to 64 of `set` as bits (bit n - 1 for signal n): the
+/// kernel's own sigset, which glibc's `sigset_t` begins with.
+/// Async-signal-safe (a read).
+pub(crate) fn sigset_bits(set: &libc::sigset_t) -> u64 {
+    // SAFETY: sigset_t is at least 8 bytes of plain data on Linux (glibc:
+    // 128); the first 8 are signals 1-64 in the kernel's layout.
+    unsafe { core::ptr::read_unaligned((set as *const libc::sigset_t).cast::<u64>()) }
+}
+
 /// `pthread_sigmask(how, sigs)` on the calling thread (`how`: SIG_BLOCK or
 /// SIG_UNBLOCK); only that thread's mask changes.
 pub(crate) fn change_thread_mask(how: libc::c_int, sigs: impl IntoIterator<Item = libc::c_int>) {
@@ -122,9 +131,18 @@ pub(crate) fn change_thread_mask(how: libc::c_int, sigs: impl IntoIterator<Item 
 }
 
 /// Go's minit: give the current M an alternate signal stack, and unblock
-/// the signals the runtime needs ([`unblock_runtime_signals`]).
+/// the signals the runtime needs ([`unblock_runtime_signals`]). Records
+/// the resulting mask as the M's `sigmask`.
 pub(crate) fn minit(m: &M) {
     unblock_runtime_signals();
+    // SAFETY: a zeroed sigset_t is a valid argument to fill; the query
+    // (null new set) changes nothing.
+    let mask = unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, core::ptr::null(), &mut set);
+        sigset_bits(&set)
+    };
+    m.sigmask.set(mask);
     let page = crate::os::page_size();
     let len = SIGSTACK_SIZE + page;
     // SAFETY: fresh anonymous mapping.

@@ -2589,3 +2589,156 @@ fn errno_survives_asynchronous_preemption() {
         },
     );
 }
+
+/// A goroutine whose unwrapped blocking call was detached (blocking
+/// detection) takes a P back at its next runtime entry, which may be one
+/// that never parks and is no documented switch point (here
+/// `WaitGroup::done` with a waiter: a semaphore release). It must go on
+/// on its own thread there, in both modes, as a detached G that the
+/// handler stops does: it may hold a thread-local borrow, a `tracing`
+/// span or std's stdout lock across the call. Before (h44) it was queued
+/// for any M when its P was busy: 10 of 10 goroutines resumed on the
+/// thread that ran the yielding loop.
+#[test]
+fn detached_goroutine_keeps_its_thread() {
+    detached_goroutine_keeps_its_thread_in("detached_goroutine_keeps_its_thread", "pinned");
+}
+
+/// The same in migrating mode (which pins detached goroutines too).
+#[test]
+fn detached_goroutine_keeps_its_thread_migrate() {
+    detached_goroutine_keeps_its_thread_in(
+        "detached_goroutine_keeps_its_thread_migrate",
+        "migrate",
+    );
+}
+
+fn detached_goroutine_keeps_its_thread_in(name: &str, mode: &str) {
+    let godebug = format!("goropreempt={mode}");
+    child(name, &[ONE_P, ("GODEBUG", &godebug)], || {
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            // Work that waits for the P (so sysmon detaches the sleeper's)
+            // and yields often (so the M running it takes the sleeper from
+            // the global queue, rather than the sleeper's own M).
+            let yielder = {
+                let stop = stop.clone();
+                goro::spawn(move || {
+                    while !stop.load(Relaxed) {
+                        for i in 0..1_000u64 {
+                            std::hint::black_box(i);
+                        }
+                        goro::yield_now();
+                    }
+                })
+            };
+            let mut moved = 0;
+            let detaches = goro::stats().retakes_detected;
+            let rounds = 10;
+            for _ in 0..rounds {
+                let wg = goro::sync::WaitGroup::new();
+                wg.add(1);
+                let done = wg.clone();
+                let h = goro::spawn(move || {
+                    let before = tid();
+                    // Unwrapped: detected and detached while it sleeps.
+                    std::thread::sleep(Duration::from_millis(30));
+                    // The waiter is parked: a release that readies it.
+                    done.done();
+                    (before, tid())
+                });
+                wg.wait();
+                let (before, after) = h.join().unwrap();
+                if before != after {
+                    moved += 1;
+                }
+            }
+            stop.store(true, Relaxed);
+            yielder.join().unwrap();
+            let st = goro::stats();
+            assert!(st.retakes_detected > detaches, "never detached: {st:?}");
+            assert_eq!(
+                moved, 0,
+                "{moved} of {rounds} goroutines changed thread at WaitGroup::done: {st:?}"
+            );
+        })
+    });
+}
+
+/// Set by `slow_usr1_handler` while it runs.
+static IN_USR1_HANDLER: AtomicBool = AtomicBool::new(false);
+/// Set by the goroutine that must not run while the handler is stopped.
+static OTHER_RAN: AtomicBool = AtomicBool::new(false);
+/// Pinned preemptions seen by that goroutine while the handler ran.
+static PINNED_SEEN: AtomicUsize = AtomicUsize::new(0);
+/// That goroutine ran while the handler was running.
+static RAN_DURING_HANDLER: AtomicBool = AtomicBool::new(false);
+
+/// A user's signal handler installed without SA_ONSTACK, so it runs on
+/// the interrupted goroutine's stack, and slow (a profiler walking a deep
+/// stack): it spins until another goroutine has run, or 3 s.
+extern "C" fn slow_usr1_handler(_: libc::c_int) {
+    IN_USR1_HANDLER.store(true, SeqCst);
+    let t = Instant::now();
+    while !OTHER_RAN.load(SeqCst) && t.elapsed() < Duration::from_secs(3) {
+        std::hint::spin_loop();
+    }
+    IN_USR1_HANDLER.store(false, SeqCst);
+}
+
+/// A goroutine is never stopped by asynchronous preemption inside a
+/// signal handler that runs on its stack: the handler may have
+/// interrupted anything (malloc holding its arena lock, stdio), which the
+/// pc check, seeing the handler's own code, cannot tell. Go never stops a
+/// goroutine there (its handlers run on the signal stack; a non-Go
+/// handler's pc is not Go code). Such a point is treated as foreign code:
+/// refused, and the P detached once sysmon escalates, so other goroutines
+/// still run while the handler does. Detected by the interrupted
+/// context's signal mask, which blocks the handler's signal.
+/// Before (h44) the goroutine was preempted inside the handler (pinned:
+/// its M asleep mid-handler) for the other goroutine to run.
+#[test]
+fn no_async_preemption_inside_a_signal_handler() {
+    child(
+        "no_async_preemption_inside_a_signal_handler",
+        &[ONE_P],
+        || {
+            // SAFETY: installing a handler for SIGUSR1, which nothing else
+            // in this child uses; the handler touches atomics only.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = slow_usr1_handler as extern "C" fn(libc::c_int) as usize;
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigemptyset(&mut sa.sa_mask);
+                assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
+            }
+            goro::run(|| {
+                let raiser = goro::spawn(|| {
+                    // Queued behind us on the only P: runs only once we (in
+                    // the handler) lose it.
+                    let other = goro::spawn(|| {
+                        if IN_USR1_HANDLER.load(SeqCst) {
+                            RAN_DURING_HANDLER.store(true, SeqCst);
+                            PINNED_SEEN.store(goro::stats().pinned_threads, SeqCst);
+                        }
+                        OTHER_RAN.store(true, SeqCst);
+                    });
+                    // SAFETY: raising SIGUSR1 on this thread; its handler is
+                    // installed above.
+                    unsafe { libc::raise(libc::SIGUSR1) };
+                    other
+                });
+                raiser.join().unwrap().join().unwrap();
+                let st = goro::stats();
+                // The P was handed on while the handler ran (not after it
+                // gave up waiting).
+                assert!(RAN_DURING_HANDLER.load(SeqCst), "{st:?}");
+                assert_eq!(
+                    PINNED_SEEN.load(SeqCst),
+                    0,
+                    "the goroutine was stopped inside its signal handler: {st:?}"
+                );
+            })
+        },
+    );
+}

@@ -33,6 +33,18 @@ pub(crate) use imp::{
     SwitchFrame, FRAME_ALIGN, RED_ZONE,
 };
 
+/// The signals the interrupted context blocks (bit n - 1 for signal n):
+/// the mask rt_sigreturn restores. The field has the same name and type
+/// on both architectures. Async-signal-safe (a read).
+///
+/// # Safety
+/// `ctx` is the ucontext a signal handler received.
+pub(crate) unsafe fn uc_sigmask(ctx: *mut libc::c_void) -> u64 {
+    // SAFETY: guaranteed by the caller.
+    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
+    crate::signal_unix::sigset_bits(&uc.uc_sigmask)
+}
+
 /// Entry point of a goroutine's first run, called by `goro_gostart` on the
 /// goroutine's own stack. Must never return (it ends in goexit).
 pub(crate) type EntryFn = unsafe extern "C" fn(arg: *mut u8) -> !;
