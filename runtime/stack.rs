@@ -617,8 +617,9 @@ fn probe_guard_mode() -> u8 {
     // SAFETY: p is our own page.
     if unsafe { libc::madvise(p, page, MADV_GUARD_INSTALL) } == 0 {
         let mut fds = [0i32; 2];
-        // SAFETY: fds is a valid out-array of two ints.
-        if unsafe { libc::pipe(fds.as_mut_ptr()) } == 0 {
+        // SAFETY: fds is a valid out-array of two ints. CLOEXEC: a child
+        // another thread spawns meanwhile must not inherit the pair.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
             // SAFETY: the kernel validates the buffer and returns EFAULT
             // instead of faulting the process.
             let n = unsafe { libc::write(fds[1], p, 1) };
