@@ -44,6 +44,7 @@ const TESTS: &[Test] = &[
     ("trace_syscall_handoff", trace_syscall_handoff),
     ("trace_stop_during_syscall", trace_stop_during_syscall),
     ("trace_stale_generation_emit", trace_stale_generation_emit),
+    ("trace_relative_path_chdir", trace_relative_path_chdir),
     (
         "trace_env_unwritable_is_reported",
         trace_env_unwritable_is_reported,
@@ -195,6 +196,7 @@ fn child(name: &str) {
         "trace_syscall_handoff" => child_trace_syscall_handoff(),
         "trace_stop_during_syscall" => child_trace_stop_during_syscall(),
         "dump_races_exits" => child_dump_races_exits(),
+        "trace_chdir" => child_trace_chdir(),
         _ => panic!("unknown child {name}"),
     }
 }
@@ -1496,6 +1498,60 @@ fn trace_stale_generation_emit() {
 }
 
 /// GORO_TRACE=path: traced from runtime start, written at exit.
+/// A trace started with a relative path (or `GORO_TRACE` naming one) is
+/// written where that path pointed when the trace started, as Go writes
+/// to the file handed to trace.Start, even if the program changes its
+/// working directory before the trace is written (h45: `stop` re-created
+/// the path relative to the new directory, and the file created at start
+/// stayed empty).
+fn trace_relative_path_chdir() {
+    for env in [false, true] {
+        let base = trace_path(if env { "chdir-env" } else { "chdir" });
+        let (a, b) = (base.join("a"), base.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let mut envs = vec![
+            ("GORO_TRACE_START_DIR", a.to_str().unwrap()),
+            ("GORO_TRACE_CHDIR", b.to_str().unwrap()),
+        ];
+        if env {
+            envs.push(("GORO_TRACE", "rel.json"));
+        }
+        let o = spawn_child("trace_chdir", &envs, None);
+        assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+        let text = std::fs::read_to_string(a.join("rel.json")).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("env {env}: {e}: {text:?} (stderr {})", o.stderr));
+        assert!(doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "spawn"));
+        assert!(
+            !b.join("rel.json").exists(),
+            "env {env}: the trace was written in the directory changed to"
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
+
+/// Starts in GORO_TRACE_START_DIR, traces to `rel.json` (or through
+/// GORO_TRACE), changes to GORO_TRACE_CHDIR, then stops (or exits).
+fn child_trace_chdir() {
+    std::env::set_current_dir(std::env::var("GORO_TRACE_START_DIR").unwrap()).unwrap();
+    let env = std::env::var_os("GORO_TRACE").is_some();
+    goro::run(move || {
+        if !env {
+            goro::trace::start("rel.json").unwrap();
+        }
+        goro::spawn(|| 1).join().unwrap();
+        std::env::set_current_dir(std::env::var("GORO_TRACE_CHDIR").unwrap()).unwrap();
+        if !env {
+            goro::trace::stop().unwrap();
+        }
+    });
+}
+
 fn trace_env() {
     let path = trace_path("env");
     let o = spawn_child("trace_env", &[("GORO_TRACE", path.to_str().unwrap())], None);
