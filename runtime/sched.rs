@@ -488,12 +488,13 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     os::ncpu_cached();
     crate::preempt::init(cfg);
     crate::signal_unix::init(cfg.preempt || cfg.detect_blocking);
+    crate::sysmon::configure(cfg);
     // The steps that can fail (thread creation) come first, and every
     // step before them is idempotent: a start that failed (threads or fds
     // exhausted) can be retried.
     start_template_thread().map_err(|e| context("cannot create the template thread", e))?;
     if !SYSMON_STARTED.load(Ordering::Relaxed) {
-        crate::sysmon::start(cfg).map_err(|e| context("cannot create the sysmon thread", e))?;
+        crate::sysmon::start().map_err(|e| context("cannot create the sysmon thread", e))?;
         SYSMON_STARTED.store(true, Ordering::Relaxed);
     }
     // The SIGQUIT dump's pipe and thread (if configured): the last step
