@@ -673,7 +673,12 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
                         }
                         preempted += 1;
                     } else {
-                        let due = t.schedwhen + FORCE_PREEMPT_NS.load(Ordering::Relaxed);
+                        // Saturating: the longest slices (`time_slice(
+                        // Duration::MAX)`, "never") end at i64::MAX ns; a
+                        // wrapped sum aborted debug builds (h45).
+                        let due = t
+                            .schedwhen
+                            .saturating_add(FORCE_PREEMPT_NS.load(Ordering::Relaxed));
                         if deadline == 0 || due < deadline {
                             deadline = due;
                         }
