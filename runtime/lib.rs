@@ -264,8 +264,12 @@ impl Config {
     /// `goropreempt=migrate|pinned`, `gorotimeslice=US` (at least 100),
     /// `goropinnedmax=N` (at least 1), `gorodetect=0` and `gorodeadlock=0`.
     /// Unparsable or out-of-range values are ignored, so the result always
-    /// validates. Reads the environment on each call; never blocks. Go reads
-    /// the same variables in schedinit; there is no function for it.
+    /// validates. The integer keys read as Go's: `asyncpreemptoff` is on
+    /// for any nonzero value, `scheddetail` for any positive one, and a
+    /// value that is not an integer leaves the key as an earlier setting
+    /// in the list (or the default) left it. Reads the environment on each
+    /// call; never blocks. Go reads the same variables in schedinit; there
+    /// is no function for it.
     pub fn from_env() -> Config {
         let mut c = Config::default();
         if let Ok(v) = std::env::var("GOMAXPROCS") {
@@ -287,10 +291,28 @@ impl Config {
                     it.next().unwrap_or("").trim(),
                     it.next().unwrap_or("").trim(),
                 );
+                // Go's integer knobs (parsegodebug): a value that is not
+                // an integer leaves the key as it was (h45: it reset
+                // schedtrace, and asyncpreemptoff/scheddetail took only
+                // "1" where Go takes any nonzero/positive value).
+                let int = val.parse::<i64>().ok();
                 match k {
-                    "schedtrace" => c.schedtrace_ms = val.parse().unwrap_or(0),
-                    "scheddetail" => c.scheddetail = val == "1",
-                    "asyncpreemptoff" => c.preempt = val != "1",
+                    "schedtrace" => {
+                        if let Some(ms) = int {
+                            // Go prints only for a positive period.
+                            c.schedtrace_ms = usize::try_from(ms).unwrap_or(0);
+                        }
+                    }
+                    "scheddetail" => {
+                        if let Some(n) = int {
+                            c.scheddetail = n > 0;
+                        }
+                    }
+                    "asyncpreemptoff" => {
+                        if let Some(n) = int {
+                            c.preempt = n == 0;
+                        }
+                    }
                     "goropreempt" => {
                         if val == "migrate" {
                             c.preempt_mode = PreemptMode::Migrate
@@ -301,7 +323,11 @@ impl Config {
                     "gorodetect" => c.detect_blocking = val != "0",
                     "gorodeadlock" => c.deadlock_detection = val != "0",
                     "gorosysmonrescue" => c.sysmon_rescue = val != "0",
-                    "gorofindrunnabledelay" => c.findrunnable_delay_us = val.parse().unwrap_or(0),
+                    "gorofindrunnabledelay" => {
+                        if let Ok(us) = val.parse() {
+                            c.findrunnable_delay_us = us;
+                        }
+                    }
                     "goroasynconly" => c.async_preempt_only = val == "1",
                     // Out-of-range values are ignored like unparsable
                     // ones (Go ignores a bad GOMAXPROCS): an environment

@@ -109,6 +109,43 @@ fn run_with_and_config_setters() {
     assert_eq!(goro::run_with(goro::Config::from_env(), || 7), 7);
 }
 
+/// GODEBUG's integer knobs read as Go reads them (runtime1.go
+/// parsegodebug): a value that is not an integer is ignored, keeping an
+/// earlier setting of the key (GODEBUG is often extended as
+/// `GODEBUG=$GODEBUG,key=value`); `asyncpreemptoff` is off for any
+/// nonzero value and `scheddetail` on for any positive one. Before h45
+/// `asyncpreemptoff=2` left async preemption on, `scheddetail=2` left the
+/// detail off, and `schedtrace=x` cleared an earlier `schedtrace=1000`.
+/// In a child, whose environment the test sets.
+#[test]
+fn godebug_integer_knobs_follow_go() {
+    let _w = common::watchdog();
+    const ENV: &str = "GORO_API_GODEBUG_CHILD";
+    if std::env::var_os(ENV).is_some() {
+        let c = goro::Config::from_env();
+        assert!(!c.preempt, "asyncpreemptoff=2 left async preemption on");
+        assert!(c.scheddetail, "scheddetail=2 left the detail off");
+        assert_eq!(c.schedtrace_ms, 1000, "schedtrace=x was not ignored");
+        assert!(c.validate().is_ok());
+        return;
+    }
+    let out = common::self_test_command("godebug_integer_knobs_follow_go")
+        .env(ENV, "1")
+        .env(
+            "GODEBUG",
+            "schedtrace=1000,scheddetail=2,asyncpreemptoff=2,schedtrace=x",
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// go!/spawn outside run start the runtime; join blocks the plain thread.
 #[test]
 fn spawn_from_plain_thread() {
