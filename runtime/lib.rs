@@ -208,7 +208,8 @@ pub struct Config {
     pub deadlock_detection: bool,
     /// SIGQUIT prints a goroutine dump ([`dump`]) to stderr and exits with
     /// status 2, like Go. Default off; `GOTRACEBACK=all` (or `system`,
-    /// `crash`) turns it on. The handler is installed only when on.
+    /// `crash`, or a numeric level of 1 or more) turns it on. The handler
+    /// is installed only when on.
     pub dump_on_sigquit: bool,
     /// Test knob, not API: `GODEBUG=gorosysmonrescue=0` turns off sysmon's
     /// rescue of stranded runnable Gs and overdue timers, so that a lost
@@ -258,9 +259,9 @@ impl Default for Config {
 impl Config {
     /// Defaults overridden by the environment (docs/API.md, "Environment"):
     /// `GOMAXPROCS=N` (invalid or zero values are ignored, as in Go; values
-    /// above [`MAX_PROCS`] are clamped), `GOTRACEBACK=all|system|crash|2`
-    /// (turns on `dump_on_sigquit`), and the `GODEBUG` keys
-    /// `schedtrace=MS`, `scheddetail=1`, `asyncpreemptoff=1`,
+    /// above [`MAX_PROCS`] are clamped), `GOTRACEBACK=all|system|crash` or
+    /// a level of 1 or more (turns on `dump_on_sigquit`), and the `GODEBUG`
+    /// keys `schedtrace=MS`, `scheddetail=1`, `asyncpreemptoff=1`,
     /// `goropreempt=migrate|pinned`, `gorotimeslice=US` (at least 100),
     /// `goropinnedmax=N` (at least 1), `gorodetect=0` and `gorodeadlock=0`.
     /// Unparsable or out-of-range values are ignored, so the result always
@@ -280,7 +281,11 @@ impl Config {
             }
         }
         if let Ok(v) = std::env::var("GOTRACEBACK") {
-            if matches!(v.trim(), "all" | "system" | "crash" | "2") {
+            // Go's setTraceback: a number is a level, 1 and up printing
+            // every goroutine (0, 1, 2 are none, all, system; h45: only 2
+            // was taken).
+            let v = v.trim();
+            if matches!(v, "all" | "system" | "crash") || v.parse::<u32>().is_ok_and(|n| n >= 1) {
                 c.dump_on_sigquit = true;
             }
         }

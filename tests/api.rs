@@ -146,6 +146,41 @@ fn godebug_integer_knobs_follow_go() {
     );
 }
 
+/// `GOTRACEBACK`'s numeric levels are Go's synonyms ("for historical
+/// reasons, the GOTRACEBACK settings 0, 1, and 2 are synonyms for none,
+/// all, and system"): 1 asks for every goroutine, so it turns on the
+/// SIGQUIT dump as `all` and `2` do, and 0 does not. Before h45 only `2`
+/// was taken. In children, whose environment the test sets.
+#[test]
+fn gotraceback_numeric_levels_follow_go() {
+    let _w = common::watchdog();
+    const ENV: &str = "GORO_API_GOTRACEBACK_CHILD";
+    if let Ok(want) = std::env::var(ENV) {
+        let c = goro::Config::from_env();
+        assert_eq!(
+            c.dump_on_sigquit.to_string(),
+            want,
+            "GOTRACEBACK={:?}",
+            std::env::var("GOTRACEBACK")
+        );
+        return;
+    }
+    for (level, want) in [("1", true), ("2", true), ("0", false), ("all", true)] {
+        let out = common::self_test_command("gotraceback_numeric_levels_follow_go")
+            .env(ENV, want.to_string())
+            .env("GOTRACEBACK", level)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "GOTRACEBACK={level}: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// go!/spawn outside run start the runtime; join blocks the plain thread.
 #[test]
 fn spawn_from_plain_thread() {
