@@ -460,6 +460,15 @@ fn sysmon() -> ! {
             last_trace = now;
             schedtrace(now - start, SCHEDDETAIL.load(Ordering::Relaxed));
         }
+        // A deadlock check held back by an unaccounted thread is re-run
+        // from the idle wait above, which sysmon skips while schedtrace
+        // prints (h45: with GODEBUG=schedtrace a deadlock that became
+        // provable when a plain thread exited hung instead of being
+        // reported). checkdead proves everything itself; all_idle only
+        // saves taking sched.lock while a P is busy.
+        if trace > 0 && all_idle() && crate::deadlock::recheck_at().is_some_and(|at| at <= now) {
+            sched::checkdead_locked();
+        }
     }
 }
 

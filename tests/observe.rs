@@ -63,6 +63,10 @@ const TESTS: &[Test] = &[
         "deadlock_reported_after_plain_thread_exits",
         deadlock_reported_after_plain_thread_exits,
     ),
+    (
+        "deadlock_reported_after_plain_thread_exits_with_schedtrace",
+        deadlock_reported_after_plain_thread_exits_with_schedtrace,
+    ),
     ("no_deadlock_timer_pending", no_deadlock_timer_pending),
     ("no_deadlock_sleep_forever", no_deadlock_sleep_forever),
     ("no_deadlock_timeout_forever", no_deadlock_timeout_forever),
@@ -497,6 +501,34 @@ fn deadlock_report() {
 fn deadlock_reported_after_plain_thread_exits() {
     let o = spawn_child("thread_exits_later", &[], None);
     assert_deadlock_reported(&o);
+}
+
+/// The same with `GODEBUG=schedtrace=1000` (turned on to look at a hang):
+/// sysmon then never takes its idle wait, where it re-ran the held-back
+/// check, so the program hung where it reports without schedtrace (h45).
+/// The SCHED lines come before the report on stderr. A child still alive
+/// after 20 s (60 under qemu) is killed: a hang detector, the recheck
+/// comes within about a second of the thread's exit.
+fn deadlock_reported_after_plain_thread_exits_with_schedtrace() {
+    let o = spawn_child(
+        "thread_exits_later",
+        &[("GODEBUG", "schedtrace=1000")],
+        Some(Duration::from_secs(if common::qemu() { 60 } else { 20 })),
+    );
+    assert_eq!(
+        o.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .contains("fatal error: all goroutines are asleep - deadlock!\n\ngoroutine "),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stdout.contains("not reached"));
 }
 
 /// With detection off the same program hangs (it is killed after 3 s, a
