@@ -892,6 +892,25 @@ pub mod __private {
         None
     }
 
+    /// How long the goroutine with id `goid` has been parked by its park
+    /// stamp (`g.waitsince`, what `dump` prints as minutes), or None if no
+    /// live G has that id or it is not parked. Racy snapshot. Test hook.
+    pub fn parked_for(goid: u64) -> Option<std::time::Duration> {
+        for &gp in crate::g::ALLGS.lock().iter() {
+            // SAFETY: Gs are never freed; racy diagnostic reads (as in
+            // goroutine_parked).
+            let g = unsafe { &*(gp as *const crate::g::G) };
+            if g.status() == crate::g::GStatus::Waiting && g.goid.get() == goid {
+                // Relaxed: a diagnostic read of the stamp, as dump's.
+                let since = g.waitsince.load(std::sync::atomic::Ordering::Relaxed)
+                    & !crate::shrink::HANDLED;
+                let ns = (crate::os::nanotime() - since).max(0);
+                return Some(std::time::Duration::from_nanos(ns as u64));
+            }
+        }
+        None
+    }
+
     /// Go's export_test.go Semacquire: runtime sema acquire on `addr`.
     pub fn semacquire(addr: &core::sync::atomic::AtomicU32) {
         crate::ensure_started();

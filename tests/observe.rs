@@ -57,6 +57,7 @@ const TESTS: &[Test] = &[
         "trace_env_written_on_deadlock",
         trace_env_written_on_deadlock,
     ),
+    ("park_stamp_fresh_after_idle", park_stamp_fresh_after_idle),
     ("deadlock_report", deadlock_report),
     ("deadlock_off", deadlock_off),
     (
@@ -201,6 +202,7 @@ fn child(name: &str) {
         "trace_stop_during_syscall" => child_trace_stop_during_syscall(),
         "dump_races_exits" => child_dump_races_exits(),
         "trace_chdir" => child_trace_chdir(),
+        "park_stamp_after_idle" => child_park_stamp_after_idle(),
         _ => panic!("unknown child {name}"),
     }
 }
@@ -473,6 +475,50 @@ fn assert_deadlock_reported(o: &Out) {
         o.stderr
     );
     assert!(!o.stdout.contains("not reached"));
+}
+
+/// A goroutine's park stamp (the wait `dump` and the deadlock report
+/// print as `, N minutes`, and the stack shrinker's park age) is the time
+/// it parked, also when it parks right after the runtime was idle:
+/// gopark reads sysmon's clock, which sysmon did not update while it
+/// slept in its idle wait (up to 60 s), so a goroutine that woke and
+/// parked again before sysmon got to run was stamped with the time sysmon
+/// went to sleep (h45: parked for 500-750 ms by its stamp when it had
+/// just parked; the stamp is documented as at most ~10 ms stale).
+fn park_stamp_fresh_after_idle() {
+    let o = spawn_child("park_stamp_after_idle", &[("GOMAXPROCS", "1")], None);
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+}
+
+/// The runtime idles for 1.5 s (the scenario: long enough for sysmon to
+/// be asleep in its idle wait; the shrinker, whose passes would wake it,
+/// is set to never act), then a plain thread wakes a goroutine that
+/// parks again at once; its stamp must be recent.
+fn child_park_stamp_after_idle() {
+    let hour = Duration::from_secs(3600);
+    goro::__private::set_stack_shrink(hour, hour);
+    let (tx, rx) = goro::chan::<()>(0);
+    let (atx, arx) = goro::chan::<()>(0);
+    let g = goro::spawn(move || {
+        for () in rx.iter() {
+            atx.send(()).unwrap();
+        }
+    });
+    let id = g.id();
+    for round in 0..3 {
+        common::wait_parked(id);
+        std::thread::sleep(Duration::from_millis(1500));
+        tx.send(()).unwrap();
+        arx.recv().unwrap();
+        common::wait_parked(id);
+        let age = goro::__private::parked_for(id).unwrap();
+        assert!(
+            age < Duration::from_millis(100),
+            "round {round}: parked for {age:?} by its stamp, just after parking"
+        );
+    }
+    drop(tx);
+    g.join().unwrap();
 }
 
 fn deadlock_report() {
