@@ -208,7 +208,8 @@ pub struct Config {
     pub deadlock_detection: bool,
     /// SIGQUIT prints a goroutine dump ([`dump`]) to stderr and exits with
     /// status 2, like Go. Default off; `GOTRACEBACK=all` (or `system`,
-    /// `crash`) turns it on. The handler is installed only when on.
+    /// `crash`, or a numeric level of 1 or more) turns it on. The handler
+    /// is installed only when on.
     pub dump_on_sigquit: bool,
     /// Test knob, not API: `GODEBUG=gorosysmonrescue=0` turns off sysmon's
     /// rescue of stranded runnable Gs and overdue timers, so that a lost
@@ -258,14 +259,18 @@ impl Default for Config {
 impl Config {
     /// Defaults overridden by the environment (docs/API.md, "Environment"):
     /// `GOMAXPROCS=N` (invalid or zero values are ignored, as in Go; values
-    /// above [`MAX_PROCS`] are clamped), `GOTRACEBACK=all|system|crash|2`
-    /// (turns on `dump_on_sigquit`), and the `GODEBUG` keys
-    /// `schedtrace=MS`, `scheddetail=1`, `asyncpreemptoff=1`,
+    /// above [`MAX_PROCS`] are clamped), `GOTRACEBACK=all|system|crash` or
+    /// a level of 1 or more (turns on `dump_on_sigquit`), and the `GODEBUG`
+    /// keys `schedtrace=MS`, `scheddetail=1`, `asyncpreemptoff=1`,
     /// `goropreempt=migrate|pinned`, `gorotimeslice=US` (at least 100),
     /// `goropinnedmax=N` (at least 1), `gorodetect=0` and `gorodeadlock=0`.
     /// Unparsable or out-of-range values are ignored, so the result always
-    /// validates. Reads the environment on each call; never blocks. Go reads
-    /// the same variables in schedinit; there is no function for it.
+    /// validates. The integer keys read as Go's: `asyncpreemptoff` is on
+    /// for any nonzero value, `scheddetail` for any positive one, and a
+    /// value that is not an integer leaves the key as an earlier setting
+    /// in the list (or the default) left it. Reads the environment on each
+    /// call; never blocks. Go reads the same variables in schedinit; there
+    /// is no function for it.
     pub fn from_env() -> Config {
         let mut c = Config::default();
         if let Ok(v) = std::env::var("GOMAXPROCS") {
@@ -276,7 +281,11 @@ impl Config {
             }
         }
         if let Ok(v) = std::env::var("GOTRACEBACK") {
-            if matches!(v.trim(), "all" | "system" | "crash" | "2") {
+            // Go's setTraceback: a number is a level, 1 and up printing
+            // every goroutine (0, 1, 2 are none, all, system; h45: only 2
+            // was taken).
+            let v = v.trim();
+            if matches!(v, "all" | "system" | "crash") || v.parse::<u32>().is_ok_and(|n| n >= 1) {
                 c.dump_on_sigquit = true;
             }
         }
@@ -287,10 +296,28 @@ impl Config {
                     it.next().unwrap_or("").trim(),
                     it.next().unwrap_or("").trim(),
                 );
+                // Go's integer knobs (parsegodebug): a value that is not
+                // an integer leaves the key as it was (h45: it reset
+                // schedtrace, and asyncpreemptoff/scheddetail took only
+                // "1" where Go takes any nonzero/positive value).
+                let int = val.parse::<i64>().ok();
                 match k {
-                    "schedtrace" => c.schedtrace_ms = val.parse().unwrap_or(0),
-                    "scheddetail" => c.scheddetail = val == "1",
-                    "asyncpreemptoff" => c.preempt = val != "1",
+                    "schedtrace" => {
+                        if let Some(ms) = int {
+                            // Go prints only for a positive period.
+                            c.schedtrace_ms = usize::try_from(ms).unwrap_or(0);
+                        }
+                    }
+                    "scheddetail" => {
+                        if let Some(n) = int {
+                            c.scheddetail = n > 0;
+                        }
+                    }
+                    "asyncpreemptoff" => {
+                        if let Some(n) = int {
+                            c.preempt = n == 0;
+                        }
+                    }
                     "goropreempt" => {
                         if val == "migrate" {
                             c.preempt_mode = PreemptMode::Migrate
@@ -301,7 +328,11 @@ impl Config {
                     "gorodetect" => c.detect_blocking = val != "0",
                     "gorodeadlock" => c.deadlock_detection = val != "0",
                     "gorosysmonrescue" => c.sysmon_rescue = val != "0",
-                    "gorofindrunnabledelay" => c.findrunnable_delay_us = val.parse().unwrap_or(0),
+                    "gorofindrunnabledelay" => {
+                        if let Ok(us) = val.parse() {
+                            c.findrunnable_delay_us = us;
+                        }
+                    }
                     "goroasynconly" => c.async_preempt_only = val == "1",
                     // Out-of-range values are ignored like unparsable
                     // ones (Go ignores a bad GOMAXPROCS): an environment
@@ -856,6 +887,25 @@ pub mod __private {
             let st = g.status();
             if st != crate::g::GStatus::Dead && g.goid.get() == goid {
                 return Some(st == crate::g::GStatus::Waiting);
+            }
+        }
+        None
+    }
+
+    /// How long the goroutine with id `goid` has been parked by its park
+    /// stamp (`g.waitsince`, what `dump` prints as minutes), or None if no
+    /// live G has that id or it is not parked. Racy snapshot. Test hook.
+    pub fn parked_for(goid: u64) -> Option<std::time::Duration> {
+        for &gp in crate::g::ALLGS.lock().iter() {
+            // SAFETY: Gs are never freed; racy diagnostic reads (as in
+            // goroutine_parked).
+            let g = unsafe { &*(gp as *const crate::g::G) };
+            if g.status() == crate::g::GStatus::Waiting && g.goid.get() == goid {
+                // Relaxed: a diagnostic read of the stamp, as dump's.
+                let since = g.waitsince.load(std::sync::atomic::Ordering::Relaxed)
+                    & !crate::shrink::HANDLED;
+                let ns = (crate::os::nanotime() - since).max(0);
+                return Some(std::time::Duration::from_nanos(ns as u64));
             }
         }
         None

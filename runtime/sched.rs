@@ -488,12 +488,13 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     os::ncpu_cached();
     crate::preempt::init(cfg);
     crate::signal_unix::init(cfg.preempt || cfg.detect_blocking);
+    crate::sysmon::configure(cfg);
     // The steps that can fail (thread creation) come first, and every
     // step before them is idempotent: a start that failed (threads or fds
     // exhausted) can be retried.
     start_template_thread().map_err(|e| context("cannot create the template thread", e))?;
     if !SYSMON_STARTED.load(Ordering::Relaxed) {
-        crate::sysmon::start(cfg).map_err(|e| context("cannot create the sysmon thread", e))?;
+        crate::sysmon::start().map_err(|e| context("cannot create the sysmon thread", e))?;
         SYSMON_STARTED.store(true, Ordering::Relaxed);
     }
     // The SIGQUIT dump's pipe and thread (if configured): the last step
@@ -1030,11 +1031,16 @@ pub(crate) fn acquirep(m: &M, pp: *mut P) {
 /// Wakes sysmon from its all-idle sleep: a P is busy again (Go wakes it
 /// in entersyscall, exitsyscall and startTheWorld; goro whenever a P is
 /// acquired, so that a goroutine that starts computing is preempted on
-/// time).
+/// time). Also refreshes gopark's clock, which sysmon did not tick while
+/// it slept (up to 60 s): a goroutine that parks before sysmon runs again
+/// would be stamped with the time sysmon went to sleep (h45: `dump`'s
+/// wait minutes and the shrinker's park age read that stamp). One clock
+/// read per idle-to-busy turn.
 #[cold]
 pub(crate) fn wake_sysmon() {
     let _s = SCHED.lock.lock();
     if SCHED.sysmonwait.load(Ordering::Relaxed) {
+        crate::waitreason::set_park_clock(os::nanotime());
         SCHED.sysmonwait.store(false, Ordering::Relaxed);
         SCHED.sysmonnote.wakeup();
     }

@@ -27,8 +27,11 @@ use crate::sched::{self, SCHED};
 use core::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 /// Go's forcePreemptNS: a G running this long on one P while other work
-/// waits is preempted. Config::time_slice; written once at start, before
-/// sysmon's thread is created (Relaxed: thread creation orders it).
+/// waits is preempted. Config::time_slice; written by [`configure`] at
+/// each start attempt: before sysmon's thread is created (thread creation
+/// orders it), or, when a failed start already created it, while sysmon
+/// runs without Ps (Relaxed suffices: sysmon reloads it every tick, and
+/// nothing runs that a stale value could preempt until a start succeeds).
 static FORCE_PREEMPT_NS: AtomicI64 = AtomicI64::new(10_000_000);
 
 /// How often free goroutine stacks give their cold pages back (ns).
@@ -256,12 +259,19 @@ const PROBE_BACKOFF_RESET_NS: i64 = 100_000_000;
 /// waited and was woken again ~4,000 times a second.
 const QUIET_NS: i64 = 10_000_000;
 
-/// Starts the sysmon thread.
-pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<()> {
+/// Stores `cfg`'s settings that sysmon reads (time slice, schedtrace
+/// period and detail). Called by every start attempt, also when a failed
+/// one already created sysmon (h45: they were stored only when sysmon was
+/// created, so a retried start kept the failed one's). Never blocks.
+pub(crate) fn configure(cfg: &crate::Config) {
     SCHEDTRACE_MS.store(cfg.schedtrace_ms, Ordering::Relaxed);
     SCHEDDETAIL.store(cfg.scheddetail, Ordering::Relaxed);
     let slice = i64::try_from(cfg.time_slice.as_nanos()).unwrap_or(i64::MAX);
     FORCE_PREEMPT_NS.store(slice, Ordering::Relaxed);
+}
+
+/// Starts the sysmon thread (after [`configure`]).
+pub(crate) fn start() -> std::io::Result<()> {
     extern "C" fn sysmon_c(_: *mut libc::c_void) -> *mut libc::c_void {
         sysmon()
     }
@@ -293,7 +303,6 @@ fn sysmon() -> ! {
     let mut last_detached_scan = start;
     let mut detached_cursor = 0usize;
     let mut last_counters = start;
-    let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
     let mut last_activity = sched_activity();
     // When sysmon last saw sched_activity change (ns).
     let mut last_active = start;
@@ -372,6 +381,8 @@ fn sysmon() -> ! {
         }
         // No longer than the time slice (a shorter Config::time_slice keeps
         // its own precision), nor past a preemption deadline retake knows.
+        // Reloaded each tick: a retried start may have changed it.
+        let force_preempt_ns = FORCE_PREEMPT_NS.load(Ordering::Relaxed);
         let mut sleep_us = delay.min((force_preempt_ns / 1_000).max(20) as u64);
         if last_preempt != 0 && crate::os::nanotime() - last_preempt < ATTENTIVE_NS {
             sleep_us =
@@ -448,6 +459,15 @@ fn sysmon() -> ! {
         if trace > 0 && now - last_trace >= trace.saturating_mul(1_000_000) {
             last_trace = now;
             schedtrace(now - start, SCHEDDETAIL.load(Ordering::Relaxed));
+        }
+        // A deadlock check held back by an unaccounted thread is re-run
+        // from the idle wait above, which sysmon skips while schedtrace
+        // prints (h45: with GODEBUG=schedtrace a deadlock that became
+        // provable when a plain thread exited hung instead of being
+        // reported). checkdead proves everything itself; all_idle only
+        // saves taking sched.lock while a P is busy.
+        if trace > 0 && all_idle() && crate::deadlock::recheck_at().is_some_and(|at| at <= now) {
+            sched::checkdead_locked();
         }
     }
 }
@@ -662,7 +682,12 @@ fn retake(now: i64, ticks: &mut [PTick]) -> Retake {
                         }
                         preempted += 1;
                     } else {
-                        let due = t.schedwhen + FORCE_PREEMPT_NS.load(Ordering::Relaxed);
+                        // Saturating: the longest slices (`time_slice(
+                        // Duration::MAX)`, "never") end at i64::MAX ns; a
+                        // wrapped sum aborted debug builds (h45).
+                        let due = t
+                            .schedwhen
+                            .saturating_add(FORCE_PREEMPT_NS.load(Ordering::Relaxed));
                         if deadline == 0 || due < deadline {
                             deadline = due;
                         }

@@ -104,8 +104,12 @@ static LAST_GEN: AtomicU64 = AtomicU64::new(0);
 static USE_TSC: AtomicBool = AtomicBool::new(false);
 /// (`nanotime()`, [`ticks`]) at `start`, under `OUT`'s lock.
 static T0: Mutex<(i64, u64)> = Mutex::new((0, 0));
-/// The output path while tracing (start/stop serialise on it).
-static OUT: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// While tracing, the output path (for messages) and the file `start`
+/// created there, which `stop` writes: a relative path keeps meaning the
+/// directory it named at `start` if the program changes directory (h45:
+/// `stop` re-created the path, so the trace went to the new directory and
+/// the file created at `start` stayed empty). Start/stop serialise on it.
+static OUT: Mutex<Option<(PathBuf, std::fs::File)>> = Mutex::new(None);
 /// Every registered thread's buffer: the head of the list linked through
 /// `ThreadBuf::next`.
 static BUFS: Mutex<BufPtr> = Mutex::new(BufPtr(ptr::null()));
@@ -832,7 +836,8 @@ fn tsc_usable() -> bool {
 }
 
 /// Starts recording an execution trace to `path` (created or truncated
-/// now; written by [`stop`]). Go's `trace.Start`.
+/// now and kept open: [`stop`] writes into that file, so a relative path
+/// means the working directory of this call). Go's `trace.Start`.
 ///
 /// Errors: the file cannot be created, or a trace is already running
 /// (`ErrorKind::AlreadyExists`, Go's "tracing is already enabled").
@@ -876,10 +881,10 @@ pub(crate) fn start_inner(path: &Path) -> io::Result<()> {
             "goro::trace: tracing is already enabled",
         ));
     }
-    std::fs::File::create(path)?;
+    let file = std::fs::File::create(path)?;
     USE_TSC.store(tsc_usable(), Ordering::Relaxed);
     *T0.lock() = (crate::os::nanotime(), ticks());
-    *out = Some(path.to_path_buf());
+    *out = Some((path.to_path_buf(), file));
     let gen = LAST_GEN.load(Ordering::Relaxed) + 1;
     LAST_GEN.store(gen, Ordering::Relaxed);
     GEN.store(gen, Ordering::Relaxed);
@@ -897,8 +902,9 @@ struct Out {
     reason: WaitReason,
 }
 
-/// Stops tracing and writes the trace file (Chrome trace-event JSON, see
-/// the module docs). Go's `trace.Stop`. Blocks while writing.
+/// Stops tracing and writes the trace into the file [`start`] created
+/// (Chrome trace-event JSON, see the module docs). Go's `trace.Stop`.
+/// Blocks while writing.
 ///
 /// Errors: writing the file failed, or no trace is running
 /// (`ErrorKind::NotFound`).
@@ -915,7 +921,7 @@ pub fn stop() -> io::Result<()> {
 /// handler does (h31: the fatal paths said nothing), with write(2) on fd 2:
 /// a parked goroutine may hold std's stderr lock.
 pub(crate) fn stop_at_fatal() {
-    let Some(path) = OUT.lock().clone() else {
+    let Some(path) = OUT.lock().as_ref().map(|(p, _)| p.clone()) else {
         return; // not tracing
     };
     if let Err(e) = stop_inner(false) {
@@ -1007,7 +1013,7 @@ fn stop_inner(sample: bool) -> io::Result<()> {
     // Critical section: the trace locks are also taken on g0 of this M.
     let _ml = crate::m::MLock::new();
     let mut out = OUT.lock();
-    let Some(path) = out.take() else {
+    let Some((_, file)) = out.take() else {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             "goro::trace: tracing is not enabled",
@@ -1177,7 +1183,7 @@ fn stop_inner(sample: bool) -> io::Result<()> {
     // Unstable: a thread's own stamps never tie, and ties across threads
     // have no order to keep.
     evs.sort_unstable_by_key(|e| e.ts);
-    write_file(&path, &evs)
+    write_file(file, &evs)
 }
 
 /// ns printed as µs with three decimals (integer arithmetic: float
@@ -1190,8 +1196,9 @@ impl core::fmt::Display for Us {
     }
 }
 
-/// Writes the replayed events as Chrome trace-event JSON.
-fn write_file(path: &Path, events: &[Out]) -> io::Result<()> {
+/// Writes the replayed events as Chrome trace-event JSON into `file`
+/// (the one `start` created, still empty).
+fn write_file(file: std::fs::File, events: &[Out]) -> io::Result<()> {
     let mut ps: Vec<i32> = events.iter().map(|e| e.p).collect();
     ps.sort_unstable();
     ps.dedup();
@@ -1199,7 +1206,7 @@ fn write_file(path: &Path, events: &[Out]) -> io::Result<()> {
     // Value tree takes minutes); every string written is a fixed ASCII
     // literal or a number, so no escaping is needed, and serde_json still
     // writes the names.
-    let mut f = io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+    let mut f = io::BufWriter::with_capacity(1 << 20, file);
     f.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
     let mut first = true;
     for p in ps {

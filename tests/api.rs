@@ -109,6 +109,78 @@ fn run_with_and_config_setters() {
     assert_eq!(goro::run_with(goro::Config::from_env(), || 7), 7);
 }
 
+/// GODEBUG's integer knobs read as Go reads them (runtime1.go
+/// parsegodebug): a value that is not an integer is ignored, keeping an
+/// earlier setting of the key (GODEBUG is often extended as
+/// `GODEBUG=$GODEBUG,key=value`); `asyncpreemptoff` is off for any
+/// nonzero value and `scheddetail` on for any positive one. Before h45
+/// `asyncpreemptoff=2` left async preemption on, `scheddetail=2` left the
+/// detail off, and `schedtrace=x` cleared an earlier `schedtrace=1000`.
+/// In a child, whose environment the test sets.
+#[test]
+fn godebug_integer_knobs_follow_go() {
+    let _w = common::watchdog();
+    const ENV: &str = "GORO_API_GODEBUG_CHILD";
+    if std::env::var_os(ENV).is_some() {
+        let c = goro::Config::from_env();
+        assert!(!c.preempt, "asyncpreemptoff=2 left async preemption on");
+        assert!(c.scheddetail, "scheddetail=2 left the detail off");
+        assert_eq!(c.schedtrace_ms, 1000, "schedtrace=x was not ignored");
+        assert!(c.validate().is_ok());
+        return;
+    }
+    let out = common::self_test_command("godebug_integer_knobs_follow_go")
+        .env(ENV, "1")
+        .env(
+            "GODEBUG",
+            "schedtrace=1000,scheddetail=2,asyncpreemptoff=2,schedtrace=x",
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "child: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `GOTRACEBACK`'s numeric levels are Go's synonyms ("for historical
+/// reasons, the GOTRACEBACK settings 0, 1, and 2 are synonyms for none,
+/// all, and system"): 1 asks for every goroutine, so it turns on the
+/// SIGQUIT dump as `all` and `2` do, and 0 does not. Before h45 only `2`
+/// was taken. In children, whose environment the test sets.
+#[test]
+fn gotraceback_numeric_levels_follow_go() {
+    let _w = common::watchdog();
+    const ENV: &str = "GORO_API_GOTRACEBACK_CHILD";
+    if let Ok(want) = std::env::var(ENV) {
+        let c = goro::Config::from_env();
+        assert_eq!(
+            c.dump_on_sigquit.to_string(),
+            want,
+            "GOTRACEBACK={:?}",
+            std::env::var("GOTRACEBACK")
+        );
+        return;
+    }
+    for (level, want) in [("1", true), ("2", true), ("0", false), ("all", true)] {
+        let out = common::self_test_command("gotraceback_numeric_levels_follow_go")
+            .env(ENV, want.to_string())
+            .env("GOTRACEBACK", level)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "GOTRACEBACK={level}: {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// go!/spawn outside run start the runtime; join blocks the plain thread.
 #[test]
 fn spawn_from_plain_thread() {

@@ -44,6 +44,7 @@ const TESTS: &[Test] = &[
     ("trace_syscall_handoff", trace_syscall_handoff),
     ("trace_stop_during_syscall", trace_stop_during_syscall),
     ("trace_stale_generation_emit", trace_stale_generation_emit),
+    ("trace_relative_path_chdir", trace_relative_path_chdir),
     (
         "trace_env_unwritable_is_reported",
         trace_env_unwritable_is_reported,
@@ -56,11 +57,16 @@ const TESTS: &[Test] = &[
         "trace_env_written_on_deadlock",
         trace_env_written_on_deadlock,
     ),
+    ("park_stamp_fresh_after_idle", park_stamp_fresh_after_idle),
     ("deadlock_report", deadlock_report),
     ("deadlock_off", deadlock_off),
     (
         "deadlock_reported_after_plain_thread_exits",
         deadlock_reported_after_plain_thread_exits,
+    ),
+    (
+        "deadlock_reported_after_plain_thread_exits_with_schedtrace",
+        deadlock_reported_after_plain_thread_exits_with_schedtrace,
     ),
     ("no_deadlock_timer_pending", no_deadlock_timer_pending),
     ("no_deadlock_sleep_forever", no_deadlock_sleep_forever),
@@ -195,6 +201,8 @@ fn child(name: &str) {
         "trace_syscall_handoff" => child_trace_syscall_handoff(),
         "trace_stop_during_syscall" => child_trace_stop_during_syscall(),
         "dump_races_exits" => child_dump_races_exits(),
+        "trace_chdir" => child_trace_chdir(),
+        "park_stamp_after_idle" => child_park_stamp_after_idle(),
         _ => panic!("unknown child {name}"),
     }
 }
@@ -469,6 +477,50 @@ fn assert_deadlock_reported(o: &Out) {
     assert!(!o.stdout.contains("not reached"));
 }
 
+/// A goroutine's park stamp (the wait `dump` and the deadlock report
+/// print as `, N minutes`, and the stack shrinker's park age) is the time
+/// it parked, also when it parks right after the runtime was idle:
+/// gopark reads sysmon's clock, which sysmon did not update while it
+/// slept in its idle wait (up to 60 s), so a goroutine that woke and
+/// parked again before sysmon got to run was stamped with the time sysmon
+/// went to sleep (h45: parked for 500-750 ms by its stamp when it had
+/// just parked; the stamp is documented as at most ~10 ms stale).
+fn park_stamp_fresh_after_idle() {
+    let o = spawn_child("park_stamp_after_idle", &[("GOMAXPROCS", "1")], None);
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+}
+
+/// The runtime idles for 1.5 s (the scenario: long enough for sysmon to
+/// be asleep in its idle wait; the shrinker, whose passes would wake it,
+/// is set to never act), then a plain thread wakes a goroutine that
+/// parks again at once; its stamp must be recent.
+fn child_park_stamp_after_idle() {
+    let hour = Duration::from_secs(3600);
+    goro::__private::set_stack_shrink(hour, hour);
+    let (tx, rx) = goro::chan::<()>(0);
+    let (atx, arx) = goro::chan::<()>(0);
+    let g = goro::spawn(move || {
+        for () in rx.iter() {
+            atx.send(()).unwrap();
+        }
+    });
+    let id = g.id();
+    for round in 0..3 {
+        common::wait_parked(id);
+        std::thread::sleep(Duration::from_millis(1500));
+        tx.send(()).unwrap();
+        arx.recv().unwrap();
+        common::wait_parked(id);
+        let age = goro::__private::parked_for(id).unwrap();
+        assert!(
+            age < Duration::from_millis(100),
+            "round {round}: parked for {age:?} by its stamp, just after parking"
+        );
+    }
+    drop(tx);
+    g.join().unwrap();
+}
+
 fn deadlock_report() {
     let o = spawn_child("deadlock", &[], None);
     assert_deadlock_reported(&o);
@@ -495,6 +547,34 @@ fn deadlock_report() {
 fn deadlock_reported_after_plain_thread_exits() {
     let o = spawn_child("thread_exits_later", &[], None);
     assert_deadlock_reported(&o);
+}
+
+/// The same with `GODEBUG=schedtrace=1000` (turned on to look at a hang):
+/// sysmon then never takes its idle wait, where it re-ran the held-back
+/// check, so the program hung where it reports without schedtrace (h45).
+/// The SCHED lines come before the report on stderr. A child still alive
+/// after 20 s (60 under qemu) is killed: a hang detector, the recheck
+/// comes within about a second of the thread's exit.
+fn deadlock_reported_after_plain_thread_exits_with_schedtrace() {
+    let o = spawn_child(
+        "thread_exits_later",
+        &[("GODEBUG", "schedtrace=1000")],
+        Some(Duration::from_secs(if common::qemu() { 60 } else { 20 })),
+    );
+    assert_eq!(
+        o.code,
+        Some(2),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .contains("fatal error: all goroutines are asleep - deadlock!\n\ngoroutine "),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stdout.contains("not reached"));
 }
 
 /// With detection off the same program hangs (it is killed after 3 s, a
@@ -1496,6 +1576,60 @@ fn trace_stale_generation_emit() {
 }
 
 /// GORO_TRACE=path: traced from runtime start, written at exit.
+/// A trace started with a relative path (or `GORO_TRACE` naming one) is
+/// written where that path pointed when the trace started, as Go writes
+/// to the file handed to trace.Start, even if the program changes its
+/// working directory before the trace is written (h45: `stop` re-created
+/// the path relative to the new directory, and the file created at start
+/// stayed empty).
+fn trace_relative_path_chdir() {
+    for env in [false, true] {
+        let base = trace_path(if env { "chdir-env" } else { "chdir" });
+        let (a, b) = (base.join("a"), base.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let mut envs = vec![
+            ("GORO_TRACE_START_DIR", a.to_str().unwrap()),
+            ("GORO_TRACE_CHDIR", b.to_str().unwrap()),
+        ];
+        if env {
+            envs.push(("GORO_TRACE", "rel.json"));
+        }
+        let o = spawn_child("trace_chdir", &envs, None);
+        assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+        let text = std::fs::read_to_string(a.join("rel.json")).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("env {env}: {e}: {text:?} (stderr {})", o.stderr));
+        assert!(doc["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "spawn"));
+        assert!(
+            !b.join("rel.json").exists(),
+            "env {env}: the trace was written in the directory changed to"
+        );
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
+
+/// Starts in GORO_TRACE_START_DIR, traces to `rel.json` (or through
+/// GORO_TRACE), changes to GORO_TRACE_CHDIR, then stops (or exits).
+fn child_trace_chdir() {
+    std::env::set_current_dir(std::env::var("GORO_TRACE_START_DIR").unwrap()).unwrap();
+    let env = std::env::var_os("GORO_TRACE").is_some();
+    goro::run(move || {
+        if !env {
+            goro::trace::start("rel.json").unwrap();
+        }
+        goro::spawn(|| 1).join().unwrap();
+        std::env::set_current_dir(std::env::var("GORO_TRACE_CHDIR").unwrap()).unwrap();
+        if !env {
+            goro::trace::stop().unwrap();
+        }
+    });
+}
+
 fn trace_env() {
     let path = trace_path("env");
     let o = spawn_child("trace_env", &[("GORO_TRACE", path.to_str().unwrap())], None);

@@ -403,6 +403,63 @@ fn asyncpreemptoff() {
     );
 }
 
+/// Context switches (voluntary and not) of the runtime thread named
+/// `comm` so far (its first match in /proc/self/task).
+fn thread_switches(comm: &str) -> u64 {
+    for t in std::fs::read_dir("/proc/self/task").unwrap() {
+        let dir = t.unwrap().path();
+        let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if name.trim() != comm {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap();
+        return status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .map(|l| l.split(':').nth(1).unwrap().trim().parse::<u64>().unwrap())
+            .sum();
+    }
+    panic!("no thread named {comm}");
+}
+
+/// The longest time slice `gorotimeslice` accepts (u64::MAX µs, likewise
+/// `Config::time_slice(Duration::MAX)`: "never preempt") must mean a slice
+/// that never ends, not one that wraps. sysmon computed the slice's end as
+/// `schedwhen + slice` as soon as a goroutine ran while another waited
+/// (h45): a debug build's sysmon panicked ("attempt to add with
+/// overflow"), which aborts the process (SIGABRT: sysmon is an
+/// `extern "C"` thread). A release build wrapped that sum and then wrapped
+/// back when subtracting the clock from it, so only the debug build (plain
+/// `cargo test`) shows the bug. The count of sysmon's context switches
+/// checks that the end is far away, not in the past: sysmon backs off to
+/// 10 ms ticks (about 80 switches in the 300 ms the spinning goroutine
+/// runs, the scenario), where a deadline in the past would wake it every
+/// 20 µs (thousands).
+#[test]
+fn huge_time_slice_does_not_wrap() {
+    let us = u64::MAX.to_string();
+    let godebug = format!("gorotimeslice={us},gorodetect=0");
+    child(
+        "huge_time_slice_does_not_wrap",
+        &[ONE_P, ("GODEBUG", &godebug)],
+        || {
+            goro::run(|| {
+                // Queued behind us on the only P: work that waits.
+                let waiter = goro::spawn(|| 1);
+                let before = thread_switches("goro-sysmon");
+                let t = Instant::now();
+                let mut x = 0u64;
+                while t.elapsed() < Duration::from_millis(300) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                let switches = thread_switches("goro-sysmon") - before;
+                assert_eq!(waiter.join().unwrap(), 1);
+                assert!(switches < 1000, "sysmon switched {switches} times");
+            })
+        },
+    );
+}
+
 /// With async preemption off (as with a statically linked libc), a
 /// goroutine queued on the P of a loop that never yields can only be
 /// stolen; when the other P's thread is blocked in an unwrapped std call

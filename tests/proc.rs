@@ -1947,6 +1947,64 @@ fn huge_schedtrace_period_never_prints() {
     }
 }
 
+/// A start that failed after creating sysmon (here: the SIGQUIT dump's
+/// thread could not be created) may be retried "with any config"
+/// (`goro::start`), and the retry's sysmon settings apply: its
+/// `schedtrace_ms` prints `SCHED` lines. Before h45 sysmon's settings
+/// (schedtrace period and detail, time slice) were stored only when
+/// sysmon was created, so the retry silently ran with the failed start's
+/// (here schedtrace off: no line). The child waits for three preemptions
+/// of a spinning goroutine, so sysmon has ticked well past 1 ms.
+#[test]
+fn failed_start_retry_applies_sysmon_config() {
+    const ENV: &str = "GORO_PROC_RETRY_CONFIG_CHILD";
+    if std::env::var(ENV).is_ok() {
+        // The third thread creation (after the template thread and sysmon)
+        // is the dump's.
+        goro::__private::fail_thread_creations(2, 1);
+        let first = goro::Config::default().max_procs(1).dump_on_sigquit(true);
+        assert!(matches!(goro::start(first), Err(goro::Error::Io(_))));
+        let mut retry = goro::Config::default().max_procs(1);
+        retry.schedtrace_ms = 1;
+        goro::start(retry).unwrap();
+        goro::run(|| {
+            let stop = Arc::new(AtomicBool::new(false));
+            let spinner = {
+                let stop = stop.clone();
+                goro::spawn(move || {
+                    while !stop.load(Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            };
+            while goro::stats().preemptions < 3 {
+                goro::yield_now();
+            }
+            stop.store(true, Relaxed);
+            spinner.join().unwrap();
+        });
+        println!("child done");
+        return;
+    }
+    let _s = serial();
+    let out = common::self_test_command("failed_start_retry_applies_sysmon_config")
+        .env(ENV, "1")
+        .env_remove("GODEBUG")
+        .output()
+        .expect("re-executing the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("child done"),
+        "{}\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stderr.lines().any(|l| l.starts_with("SCHED ")),
+        "no SCHED line from the retried start's schedtrace_ms=1\n{stderr}"
+    );
+}
+
 /// With `dump_on_sigquit`, a start that cannot create the dump's thread
 /// (threads exhausted; or its pipe, fds exhausted) fails with `Err(Io)`
 /// naming it, leaves nothing behind, and a retry then dumps on SIGQUIT.
