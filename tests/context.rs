@@ -576,20 +576,6 @@ fn errgroup_wait_waits_for_goroutine_local_destructors() {
     });
 }
 
-/// A goroutine-local value whose destructor panics.
-struct LocalPanicsOnDrop;
-
-impl Drop for LocalPanicsOnDrop {
-    fn drop(&mut self) {
-        panic!("goroutine-local destructor panics (expected by the test)");
-    }
-}
-
-goro::goroutine_local! {
-    static FAILS_ON_EXIT: std::cell::RefCell<Option<LocalPanicsOnDrop>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// A panic in a group goroutine's goroutine-local destructor is that
 /// goroutine's panic: it cancels the group's context and `wait` resumes
 /// it. h43: it was caught and discarded (`wait` returned `Ok`).
@@ -599,7 +585,7 @@ fn errgroup_local_destructor_panic_is_resumed_by_wait() {
     run(|| {
         let (g, ctx) = Group::<()>::with_context(&background());
         g.go(|| {
-            FAILS_ON_EXIT.set(Some(LocalPanicsOnDrop));
+            common::FAILS_ON_EXIT.set(Some(common::LocalPanicsOnDrop));
             Ok(())
         });
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.wait()));

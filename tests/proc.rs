@@ -1891,6 +1891,26 @@ fn joining_itself_panics() {
     }
 }
 
+/// A child's goroutine body: one goroutine spins beside this one, which
+/// yields until sysmon has preempted three times (so it has ticked and,
+/// with schedtrace on, printed).
+fn spin_until_three_preemptions() {
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let stop = stop.clone();
+        goro::spawn(move || {
+            while !stop.load(Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    while goro::stats().preemptions < 3 {
+        goro::yield_now();
+    }
+    stop.store(true, Relaxed);
+    spinner.join().unwrap();
+}
+
 /// `GODEBUG=schedtrace=MS` with a period whose nanoseconds do not fit an
 /// i64 (9223372036855 ms, about 292 years) prints nothing, like any
 /// period longer than the program runs; `schedtrace=1` (the control)
@@ -1905,22 +1925,7 @@ fn joining_itself_panics() {
 fn huge_schedtrace_period_never_prints() {
     const ENV: &str = "GORO_PROC_SCHEDTRACE_CHILD";
     if std::env::var(ENV).is_ok() {
-        goro::run(|| {
-            let stop = Arc::new(AtomicBool::new(false));
-            let spinner = {
-                let stop = stop.clone();
-                goro::spawn(move || {
-                    while !stop.load(Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
-            };
-            while goro::stats().preemptions < 3 {
-                goro::yield_now();
-            }
-            stop.store(true, Relaxed);
-            spinner.join().unwrap();
-        });
+        goro::run(spin_until_three_preemptions);
         println!("child done");
         return;
     }
@@ -1967,22 +1972,7 @@ fn failed_start_retry_applies_sysmon_config() {
         let mut retry = goro::Config::default().max_procs(1);
         retry.schedtrace_ms = 1;
         goro::start(retry).unwrap();
-        goro::run(|| {
-            let stop = Arc::new(AtomicBool::new(false));
-            let spinner = {
-                let stop = stop.clone();
-                goro::spawn(move || {
-                    while !stop.load(Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
-            };
-            while goro::stats().preemptions < 3 {
-                goro::yield_now();
-            }
-            stop.store(true, Relaxed);
-            spinner.join().unwrap();
-        });
+        goro::run(spin_until_three_preemptions);
         println!("child done");
         return;
     }

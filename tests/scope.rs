@@ -347,20 +347,6 @@ fn scope_waits_for_goroutine_local_destructors() {
     });
 }
 
-/// A goroutine-local value whose destructor panics.
-struct LocalPanicsOnDrop;
-
-impl Drop for LocalPanicsOnDrop {
-    fn drop(&mut self) {
-        panic!("goroutine-local destructor panics (expected by the test)");
-    }
-}
-
-goro::goroutine_local! {
-    static FAILS_ON_EXIT: std::cell::RefCell<Option<LocalPanicsOnDrop>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// A panic in a scoped goroutine's goroutine-local destructor is that
 /// goroutine's panic: its `join` returns `Err`, and unjoined it makes the
 /// scope panic. h43: it was caught and discarded (join returned `Ok`, the
@@ -370,7 +356,7 @@ fn local_destructor_panic_is_the_scoped_goroutines() {
     let _w = common::watchdog();
     run(|| {
         let r = goro::scope(|s| {
-            s.spawn(|| FAILS_ON_EXIT.set(Some(LocalPanicsOnDrop)))
+            s.spawn(|| common::FAILS_ON_EXIT.set(Some(common::LocalPanicsOnDrop)))
                 .join()
         });
         let payload = r.expect_err("join returned Ok although a destructor panicked");
@@ -380,7 +366,7 @@ fn local_destructor_panic_is_the_scoped_goroutines() {
         );
         let r = catch_unwind(AssertUnwindSafe(|| {
             goro::scope(|s| {
-                s.spawn(|| FAILS_ON_EXIT.set(Some(LocalPanicsOnDrop)));
+                s.spawn(|| common::FAILS_ON_EXIT.set(Some(common::LocalPanicsOnDrop)));
             })
         }));
         let msg = *r.expect_err("scope must panic").downcast::<&str>().unwrap();

@@ -192,3 +192,19 @@ pub fn small_buffer(fd: std::os::fd::RawFd, opt: libc::c_int) {
     };
     assert_eq!(r, 0);
 }
+
+/// A goroutine-local value whose destructor panics (tests of what a
+/// destructor's panic does to join, scope and errgroup's wait).
+pub struct LocalPanicsOnDrop;
+
+impl Drop for LocalPanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("goroutine-local destructor panics (expected by the test)");
+    }
+}
+
+goro::goroutine_local! {
+    /// Set by a goroutine to fail at its exit.
+    pub static FAILS_ON_EXIT: std::cell::RefCell<Option<LocalPanicsOnDrop>> =
+        const { std::cell::RefCell::new(None) };
+}
