@@ -16,7 +16,8 @@
 //! A goroutine that runs off its stack touches the guard page below it; the
 //! kernel delivers SIGSEGV on the M's alternate stack (the goroutine's own
 //! stack is exhausted). The handler maps the fault address back to a stack
-//! through the arena table (stack::guard_hit), prints
+//! through the arena table (stack::guard_hit), or, for an arena the table
+//! has no room for, checks the running goroutine's own guard page, prints
 //! `goroutine <id> has overflowed its stack (reserved <N> KiB)` and aborts.
 //! Any other fault is passed to the handler that was installed before ours
 //! (std's, which reports main-thread overflows), or to the default action.
@@ -202,10 +203,34 @@ extern "C" fn sigurg_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: 
 extern "C" fn fault_handler(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    if let Some((lo, size)) = crate::stack::guard_hit(addr) {
+    let hit = crate::stack::guard_hit(addr).or_else(|| running_guard_hit(addr));
+    if let Some((lo, size)) = hit {
         report_overflow(lo, size);
     }
     chain(sig, info, ctx);
+}
+
+/// If `addr` lies in the guard page directly below the stack of the G
+/// this M runs, that stack's `(lo, usable size)` in bytes. The fallback
+/// for a stack whose arena the table of `stack::guard_hit` does not hold
+/// (it has room for 65,536 arenas, and each unpooled stack above 64 MiB
+/// is an arena of its own): before h46 an overflow there was a bare
+/// SIGSEGV. Go checks a goroutine's own bounds likewise (`gp.stack` in
+/// morestack's "stack overflow" check). Async-signal-safe: plain reads;
+/// never blocks or panics.
+fn running_guard_hit(addr: usize) -> Option<(usize, usize)> {
+    let gp = crate::m::getg();
+    if gp.is_null() {
+        return None;
+    }
+    // SAFETY: the running G of this M, never freed; a plain read of its
+    // stack bounds, which change only while the G is dead (newproc,
+    // goexit0), not while it runs on this thread and faults.
+    let s = unsafe { &*gp }.stack.get()?;
+    let page = crate::os::page_size();
+    (s.lo.saturating_sub(page)..s.lo)
+        .contains(&addr)
+        .then(|| (s.lo, s.size()))
 }
 
 /// Prints the overflow report for the stack starting at `lo` and aborts.

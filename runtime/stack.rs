@@ -298,7 +298,11 @@ static POOL: Mutex<Vec<Class>> = Mutex::new(Vec::new());
 
 /// Registered arenas `(base, end, slot)`, for the fault handler to map a guard
 /// address back to a stack. Append-only; read without locks from the signal
-/// handler, so it is a fixed array of atomics.
+/// handler, so it is a fixed array of atomics. Arenas past the first
+/// `MAX_ARENAS` (65,536 goroutines with unpooled stacks reach that) are
+/// not registered; an overflow there is recognised by the handler's
+/// fallback, the running goroutine's own guard page
+/// (`signal_unix::running_guard_hit`).
 const MAX_ARENAS: usize = 1 << 16;
 /// The entries are Relaxed: `new_arena`'s Release store of NARENAS
 /// publishes them to `guard_hit`'s Acquire load; appends are serialised by

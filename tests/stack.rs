@@ -158,6 +158,40 @@ fn overflow_child() {
                 }
             });
         }
+        // More stack arenas than the fault handler's table holds (65,536):
+        // goroutines with unpooled stacks (just above 64 MiB) get one arena
+        // each. With MANY_ARENAS of them parked, one more such goroutine
+        // recurses forever: its arena is past the table's end.
+        "many_arenas" => {
+            goro::run(|| {
+                let size = goro::MAX_POOLED_STACK_SIZE + 4 * KIB;
+                let (tx, rx) = goro::chan::<()>(0);
+                let hs: Vec<_> = (0..MANY_ARENAS)
+                    .map(|_| {
+                        let rx = rx.clone();
+                        goro::Builder::new()
+                            .stack_size(size)
+                            .spawn(move || {
+                                let _ = rx.recv();
+                            })
+                            .unwrap()
+                    })
+                    .collect();
+                let h = goro::Builder::new()
+                    .name("past-the-table")
+                    .stack_size(size)
+                    .spawn(|| {
+                        eprintln!("CHILD GOROUTINE ID {}", goro::current_id().unwrap());
+                        recurse_forever(0)
+                    })
+                    .unwrap();
+                let _ = h.join();
+                drop(tx);
+                for h in hs {
+                    let _ = h.join();
+                }
+            });
+        }
         // A named goroutine with a non-default stack size (300 KiB, pooled
         // in the 512 KiB class) recurses forever.
         "spawned_sized" => {
@@ -797,6 +831,33 @@ fn overflow_in_sized_goroutine_names_it() {
     let id = child_goroutine_id(&stderr);
     assert!(
         stderr.contains(&format!("goroutine {id} is named \"sized-overflower\"")),
+        "no name in the overflow report; stderr:\n{stderr}"
+    );
+}
+
+/// Goroutines the "many_arenas" child parks before one more overflows:
+/// more than the 65,536 arenas the fault handler's table holds.
+const MANY_ARENAS: usize = (1 << 16) + 64;
+
+/// Overflow on a stack whose arena is past the end of the fault
+/// handler's arena table (65,536 entries; an unpooled stack of more than
+/// 64 MiB is an arena of its own, so 65,600 parked goroutines with such
+/// stacks fill it): still reported, named, and an abort. Before h46 the
+/// process died of a bare SIGSEGV. The child reserves 4.2 TiB of address
+/// space and holds ~350 MB (page tables and top pages); skipped under
+/// qemu, and where guards are mprotected (one mapping each: 65,600 stacks
+/// exceed `vm.max_map_count`).
+#[test]
+fn overflow_past_the_arena_table_aborts_with_message() {
+    let _w = common::watchdog();
+    if qemu() || !goro::__private::guards_use_madvise() {
+        return;
+    }
+    let mib = goro::MAX_POOLED_STACK_SIZE >> 10;
+    let stderr = check_overflow_child("many_arenas", mib + 4, mib + 4);
+    let id = child_goroutine_id(&stderr);
+    assert!(
+        stderr.contains(&format!("goroutine {id} is named \"past-the-table\"")),
         "no name in the overflow report; stderr:\n{stderr}"
     );
 }
