@@ -35,9 +35,10 @@
 //! rounded up to its class ([`size_class`]; virtual space only: pages are
 //! committed on touch), so spawning with a non-default size reuses a G and
 //! its stack from the P's list like a default spawn: no lock, no system
-//! call. Larger reservations are not pooled: their stacks go back to the
-//! cache below when their G dies (one `MADV_DONTNEED` and one lock each, see
-//! [`free`]) and are taken from it again at the next spawn.
+//! call. Larger reservations are not pooled: they are rounded up to a
+//! power of two too, their stacks go back to the cache below when their G
+//! dies (one `MADV_DONTNEED` and one lock each, see [`free`]) and are
+//! taken from it again at the next spawn of that power.
 
 use crate::lock_futex::RtMutex as Mutex;
 use crate::os;
@@ -69,8 +70,9 @@ const ARENA_MAX_BYTES: usize = 4 << 30;
 /// `Builder::stack_size` request up to this (other than the default size)
 /// is rounded up to a power of two, and its goroutine takes a dead one's
 /// stack of that size from a per-P free list, as default spawns do. A
-/// larger request is rounded to pages only and not pooled: each such spawn
-/// and exit takes a global lock, and each exit one `madvise`. (Go keeps
+/// larger request is rounded up to a power of two as well but not pooled:
+/// each such spawn and exit takes a global lock, and each exit one
+/// `madvise`. (Go keeps
 /// free stacks per size too: per-P stackcache orders below 32 KiB, the
 /// locked stackLarge buckets above.)
 pub const MAX_POOLED_STACK_SIZE: usize = 64 << 20;
@@ -88,14 +90,20 @@ pub(crate) const NCLASS: usize =
 /// rounded by [`try_round_size`]) and its size class, given the runtime
 /// default `default` (page-rounded): the default itself is class 0; other
 /// sizes up to [`MAX_POOLED_STACK_SIZE`] round up to their power of two
-/// (class >= 1, or 0 if that power is the default); larger ones stay exact
-/// with class `None` (unpooled).
+/// (class >= 1, or 0 if that power is the default); larger ones round up
+/// to their power of two too, with class `None` (unpooled: the cache of
+/// [`free`] keeps them). Before h46 those stayed exact, and the cache kept
+/// a stack of every distinct size ever requested, each reused only by the
+/// same size: spawns asking for sizes computed from input grew the address
+/// space without bound (30,000 sequential ones: 3.5 TiB reserved, 260 MB
+/// of page tables and top pages). Go's large stacks are powers of two too.
 pub(crate) fn size_class(bytes: usize, default: usize) -> (Option<usize>, usize) {
     if bytes == default {
         return (Some(0), bytes);
     }
     if bytes > MAX_POOLED_STACK_SIZE {
-        return (None, bytes);
+        // bytes <= MAX_STACK_SIZE (1 TiB, a power of two): no overflow.
+        return (None, bytes.next_power_of_two());
     }
     // bytes >= MIN_STACK_SIZE (try_round_size) and <= 64 MiB: no overflow.
     let size = bytes.next_power_of_two();
@@ -703,7 +711,8 @@ mod tests {
                     }
                     None => {
                         assert!(req > MAX_POOLED_STACK_SIZE);
-                        assert_eq!(size, round_size(req));
+                        assert_eq!(size, round_size(req).next_power_of_two());
+                        assert!(size < 2 * req, "{req}: {size} more than doubles it");
                     }
                 }
                 assert!(size >= last, "{req}: {size} below a smaller request's");
@@ -718,7 +727,8 @@ mod tests {
         assert_eq!(size_class(300 * KIB, d), (Some(4), 512 * KIB));
         assert_eq!(size_class(8 << 20, d), (Some(8), 8 << 20));
         assert_eq!(size_class(64 << 20, d), (Some(NCLASS - 1), 64 << 20));
-        assert_eq!(size_class((64 << 20) + 4096, d), (None, (64 << 20) + 4096));
+        assert_eq!(size_class((64 << 20) + 4096, d), (None, 128 << 20));
+        assert_eq!(size_class(MAX_STACK_SIZE, d), (None, MAX_STACK_SIZE));
         // A default that is not a power of two has its own class; the
         // power of two it would fall in stays a class of its own.
         let d = round_size(300 * KIB);
