@@ -129,15 +129,17 @@ impl<T: 'static> LocalKey<T> {
         let gp = crate::m::getg();
         if gp.is_null() {
             let v = (self.thread)().ok_or(AccessError { thread: true })?;
-            // SAFETY: the pointer comes from this thread's `thread_local!`
-            // value, which lives until the thread exits, and we stay on this
-            // thread (a plain thread does not migrate) while `f` runs.
+            // SAFETY: `thread` returned Some, so std's `try_with` found this
+            // thread's `thread_local!` value alive (not being destroyed); it
+            // lives until the thread exits, and we stay on this thread (a
+            // plain thread does not migrate) while `f` runs.
             return Ok(f(unsafe { &*v }));
         }
         let v = self.goroutine_value(gp)?;
-        // SAFETY: v points into a Box owned by this goroutine's table; the
-        // box is freed only by drop_locals (when the goroutine is done, never
-        // while `f` runs) and entries are never replaced, so it outlives `f`.
+        // SAFETY: goroutine_value returned Ok, so v points into a Box owned
+        // by this goroutine's table (not a destroyed key's); the box is freed
+        // only by drop_locals (when the goroutine is done, never while `f`
+        // runs) and entries are never replaced, so it outlives `f`.
         Ok(f(unsafe { &*v }))
     }
 

@@ -543,7 +543,8 @@ impl PollDesc {
                 (left.saturating_add(999_999) / 1_000_000).min(i32::MAX as i64) as i32
             }
         };
-        // SAFETY: pfd is one valid pollfd.
+        // SAFETY: pfd is one initialised pollfd (nfds = 1), a local that
+        // outlives the call.
         let n = unsafe { libc::poll(&mut pfd, 1, timeout) };
         // What netpoll records from EPOLLRDHUP, for a thread that never
         // meets netpoll: a shut-down datagram socket polls readable at

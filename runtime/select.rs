@@ -800,8 +800,9 @@ impl<'a> SelectedOperation<'a> {
             return Err(RecvError);
         }
         slot.set_live(false);
-        // SAFETY: a receive that happened wrote a T (the type checked by
-        // `chosen`) into the slot; live is now false, so it is read once.
+        // SAFETY: the receive happened (ok), so it wrote a T (the type
+        // checked by `chosen`) into the slot; live is now false, so it is
+        // read once, here, and dropping the slots below skips it.
         let v = unsafe { slot.val().cast::<T>().read() };
         // The other cases' values are dropped while `v` is a local: if a
         // destructor panics, the unwind drops `v` too (dropped after the
@@ -823,8 +824,9 @@ impl<'a> SelectedOperation<'a> {
             return Ok(());
         }
         slot.set_live(false);
-        // SAFETY: a send that did not happen left its T (the type checked
-        // by `chosen`) in the slot; live is now false, so it is read once.
+        // SAFETY: the send did not happen (!ok), so its T (the type
+        // checked by `chosen`) is still in the slot; live is now false, so
+        // it is read once, here, and dropping the slots below skips it.
         let v = unsafe { slot.val().cast::<T>().read() };
         // As in `recv`: dropped while `v` is a local.
         drop(std::mem::take(&mut self.slots));

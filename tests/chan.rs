@@ -730,13 +730,11 @@ fn timeout_races_completion_mixed() {
 fn panicking_drop_of_a_buffered_value_drops_the_rest() {
     let _w = common::watchdog();
     static DROPS: AtomicUsize = AtomicUsize::new(0);
-    struct D(bool);
-    impl Drop for D {
-        fn drop(&mut self) {
-            DROPS.fetch_add(1, SeqCst);
-            if self.0 {
-                panic!("a buffered value's destructor panicked (expected)");
-            }
+    type D = common::CountedDrop;
+    fn d(panics: bool) -> D {
+        D {
+            drops: &DROPS,
+            panics,
         }
     }
     run(|| {
@@ -746,11 +744,11 @@ fn panicking_drop_of_a_buffered_value_drops_the_rest() {
                 let (tx, rx) = chan::<D>(4);
                 // Wrap the ring: recvx starts at 2.
                 for _ in 0..2 {
-                    tx.send(D(false)).unwrap();
+                    tx.send(d(false)).unwrap();
                     drop(rx.recv().unwrap());
                 }
                 for i in 0..3 {
-                    tx.send(D(i == bad)).unwrap();
+                    tx.send(d(i == bad)).unwrap();
                 }
                 DROPS.store(0, SeqCst);
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {

@@ -2016,13 +2016,11 @@ fn unchosen_send_values_are_dropped_before_the_body() {
 #[test]
 fn panicking_drop_of_an_unchosen_send_value_leaks_nothing() {
     static DROPS: AtomicUsize = AtomicUsize::new(0);
-    struct D(bool);
-    impl Drop for D {
-        fn drop(&mut self) {
-            DROPS.fetch_add(1, SeqCst);
-            if self.0 {
-                panic!("an unchosen send value's destructor panicked (expected)");
-            }
+    type D = common::CountedDrop;
+    fn d(panics: bool) -> D {
+        D {
+            drops: &DROPS,
+            panics,
         }
     }
     run(|| {
@@ -2032,17 +2030,17 @@ fn panicking_drop_of_an_unchosen_send_value_leaks_nothing() {
             // with nobody receiving).
             let (tx, rx) = chan::<D>(1);
             let (idle_tx, _idle_rx) = chan::<D>(0);
-            tx.send(D(false)).unwrap();
+            tx.send(d(false)).unwrap();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 if send_first {
                     goro::select! {
-                        send(idle_tx, D(true)) -> _ => unreachable!(),
+                        send(idle_tx, d(true)) -> _ => unreachable!(),
                         recv(rx) -> v => drop(v),
                     }
                 } else {
                     goro::select! {
                         recv(rx) -> v => drop(v),
-                        send(idle_tx, D(true)) -> _ => unreachable!(),
+                        send(idle_tx, d(true)) -> _ => unreachable!(),
                     }
                 }
             }));
@@ -2052,10 +2050,10 @@ fn panicking_drop_of_an_unchosen_send_value_leaks_nothing() {
         DROPS.store(0, SeqCst);
         let (tx, rx) = chan::<D>(1);
         let (idle_tx, _idle_rx) = chan::<D>(0);
-        tx.send(D(false)).unwrap();
+        tx.send(d(false)).unwrap();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut sel = goro::Select::new();
-            sel.send(&idle_tx, D(true));
+            sel.send(&idle_tx, d(true));
             let i = sel.recv(&rx);
             let op = sel.select();
             assert_eq!(op.index(), i);
@@ -2070,8 +2068,8 @@ fn panicking_drop_of_an_unchosen_send_value_leaks_nothing() {
         closed_tx.close();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut sel = goro::Select::new();
-            sel.send(&idle_tx, D(true));
-            let i = sel.send(&closed_tx, D(false));
+            sel.send(&idle_tx, d(true));
+            let i = sel.send(&closed_tx, d(false));
             let op = sel.select();
             assert_eq!(op.index(), i);
             drop(op.send(&closed_tx));

@@ -208,3 +208,20 @@ goro::goroutine_local! {
     pub static FAILS_ON_EXIT: std::cell::RefCell<Option<LocalPanicsOnDrop>> =
         const { std::cell::RefCell::new(None) };
 }
+
+/// A value that counts its drops in `drops` and, if `panics`, panics in
+/// its destructor after counting (tests that a panicking destructor leaks
+/// none of the values dropped with it).
+pub struct CountedDrop {
+    pub drops: &'static std::sync::atomic::AtomicUsize,
+    pub panics: bool,
+}
+
+impl Drop for CountedDrop {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.panics {
+            panic!("a counted value's destructor panicked (expected by the test)");
+        }
+    }
+}
