@@ -1028,12 +1028,22 @@ pub(crate) fn schedtrace(uptime_ns: i64, detail: bool) {
         if st == crate::g::GStatus::Dead {
             continue;
         }
+        // Go's line: the status number and, for a parked G, its wait
+        // reason (waitreason.String(), empty otherwise); before, goro put
+        // the status's name there, which a reader of Go's output misreads.
+        let reason = match st {
+            crate::g::GStatus::Waiting => {
+                crate::waitreason::WaitReason::from_u8(g.waitreason.load(Ordering::Relaxed))
+                    .as_str()
+            }
+            _ => "",
+        };
         let _ = writeln!(
             out,
-            "  G{}: status={}({:?}) m={} lockedm={}",
+            "  G{}: status={}({}) m={} lockedm={}",
             g.goid.get(),
             st as u32,
-            st,
+            reason,
             mid(g.m.get()),
             mid(g.lockedm.get())
         );

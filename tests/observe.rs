@@ -58,6 +58,10 @@ const TESTS: &[Test] = &[
         trace_env_written_on_deadlock,
     ),
     ("park_stamp_fresh_after_idle", park_stamp_fresh_after_idle),
+    (
+        "scheddetail_names_wait_reasons",
+        scheddetail_names_wait_reasons,
+    ),
     ("deadlock_report", deadlock_report),
     ("deadlock_off", deadlock_off),
     (
@@ -203,6 +207,7 @@ fn child(name: &str) {
         "dump_races_exits" => child_dump_races_exits(),
         "trace_chdir" => child_trace_chdir(),
         "park_stamp_after_idle" => child_park_stamp_after_idle(),
+        "scheddetail" => child_scheddetail(),
         _ => panic!("unknown child {name}"),
     }
 }
@@ -528,6 +533,45 @@ fn child_park_stamp_after_idle() {
     }
     drop(tx);
     g.join().unwrap();
+}
+
+/// `GODEBUG=scheddetail=1` names a parked G's wait reason where Go does
+/// (`G7: status=4(chan receive) m=-1 lockedm=-1`) and leaves it empty for
+/// a running one (`status=2()`). Before, goro printed the status's own
+/// name there: `status=4(Waiting)`.
+fn scheddetail_names_wait_reasons() {
+    let o = spawn_child("scheddetail", &[], None);
+    assert_eq!(o.code, Some(0), "{}\n{}", o.stdout, o.stderr);
+    let id: u64 = o
+        .stdout
+        .trim()
+        .parse()
+        .expect("the child prints the G's id");
+    let want = format!("  G{id}: status=4(chan receive) m=-1 lockedm=-1");
+    assert!(
+        o.stderr.lines().any(|l| l == want),
+        "no line {want:?} in:\n{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.lines().any(|l| l.contains(": status=2() m=")),
+        "no running G with an empty reason in:\n{}",
+        o.stderr
+    );
+}
+
+/// A goroutine parked in a channel receive; main (running) writes one
+/// detail report.
+fn child_scheddetail() {
+    goro::run(|| {
+        let (tx, rx) = goro::chan::<()>(0);
+        let g = goro::spawn(move || rx.recv());
+        common::wait_parked(g.id());
+        println!("{}", g.id());
+        goro::__private::sched_detail();
+        drop(tx);
+        let _ = g.join();
+    });
 }
 
 fn deadlock_report() {
