@@ -102,7 +102,10 @@ fn period_of(d: Duration) -> i64 {
 /// A channel that receives the current time once, after `d` (Go's
 /// time.After). Never blocks. The channel has one buffer slot and is never
 /// closed, so a second `recv` blocks for ever (as in Go); an overflowing
-/// `d` (e.g. `Duration::MAX`) never fires.
+/// `d` (e.g. `Duration::MAX`) never fires. Its `len` and `capacity` show
+/// that slot (1), where Go 1.23's `len` and `cap` of a timer channel read
+/// 0: a poll of `is_empty` sees the value, which `stop` and `reset` may
+/// still discard.
 ///
 /// Go 1.23: once every Receiver of the channel is dropped, nothing can
 /// observe the timer and it is released before it fires (lazily, when its
