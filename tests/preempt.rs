@@ -333,8 +333,13 @@ fn num_goroutine_with_hogs() {
 /// A goroutine sleeping 10 ms in a loop beside a hog on one P keeps waking
 /// (the hog is preempted every time slice). Without preemption it never
 /// wakes again (the hog spins until the sleeper is done): a hang. The
-/// lateness bound is generous (the 10 ms slice plus scheduling noise on a
-/// loaded CI machine); the benchmark measures it precisely.
+/// bound is on the median lateness and generous (the 10 ms slice plus
+/// scheduling noise on a loaded CI machine); the benchmark measures it
+/// precisely. Not the worst: a machine that stalls the process now and
+/// then makes one sleep late whatever the scheduler does (315 ms against
+/// the former 250 ms bound on the worst, `taskset -c 0` beside 3 CPU hogs,
+/// 1 run in 20), while a hog preempted late or not every slice makes most
+/// of them late.
 #[test]
 fn sleeper_beside_hog() {
     child("sleeper_beside_hog", &[ONE_P], || {
@@ -344,19 +349,24 @@ fn sleeper_beside_hog() {
                 let stop = stop.clone();
                 goro::spawn(move || spin_until(&stop))
             };
-            let mut worst = Duration::ZERO;
+            let mut late = Vec::new();
             for _ in 0..if qemu() { 10 } else { 30 } {
                 let t = Instant::now();
                 goro::time::sleep(Duration::from_millis(10));
-                worst = worst.max(t.elapsed() - Duration::from_millis(10));
+                late.push(t.elapsed() - Duration::from_millis(10));
             }
             stop.store(true, SeqCst);
             hog.join().unwrap();
+            late.sort();
+            let (median, worst) = (late[late.len() / 2], late[late.len() - 1]);
             let bound = Duration::from_millis(if qemu() { 2000 } else { 250 });
-            assert!(worst < bound, "worst lateness {worst:?}");
+            assert!(
+                median < bound,
+                "median lateness {median:?} (worst {worst:?})"
+            );
             let st = goro::stats();
             assert!(st.preemptions_async > 0, "{st:?}");
-            println!("worst lateness {worst:?}, {st:?}");
+            println!("median lateness {median:?}, worst lateness {worst:?}, {st:?}");
         })
     });
 }
