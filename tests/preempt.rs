@@ -2383,9 +2383,17 @@ fn sysmon_backs_off_while_busy() {
 /// goschedImpl), not to its P's local tail as `yield_now` does. On one P
 /// with async preemption off, a hog loops on a runtime entry (`try_recv`)
 /// while a plain thread queues K goroutines globally; sysmon preempts the
-/// hog at 10 ms, and when the hog next runs all K must have run. With the
-/// local tail the hog resumed first, and saw at most the one that the
-/// 1-in-61 global check let in.
+/// hog at 10 ms, and when the hog next runs every goroutine queued before
+/// that preemption must have run. With the local tail the hog resumed
+/// first, and saw at most the one that the 1-in-61 global check let in.
+///
+/// Checked at each of the hog's preemptions, against the goroutines
+/// queued before it: the spawner thread may be descheduled between its
+/// spawns on a loaded machine, and a preemption then puts the hog between
+/// them in the queue. The former check (the K all run when the hog first
+/// ran again after seeing them queued) then failed, seeing only those
+/// queued before the stall (a 25 ms sleep after the third spawn: 8 runs
+/// of 8 failed; this check passed 12 of 12).
 #[test]
 fn preempted_goroutine_waits_behind_global_queue() {
     child(
@@ -2396,7 +2404,8 @@ fn preempted_goroutine_waits_behind_global_queue() {
             goro::run(|| {
                 let ran = Arc::new(AtomicUsize::new(0));
                 let hog_running = Arc::new(AtomicBool::new(false));
-                let queued = Arc::new(AtomicBool::new(false));
+                // Goroutines in the global queue (counted once spawned).
+                let queued = Arc::new(AtomicUsize::new(0));
                 let (_tx, rx) = goro::chan::<()>(1);
                 let hog = goro::spawn({
                     let (ran, hog_running, queued) =
@@ -2404,13 +2413,28 @@ fn preempted_goroutine_waits_behind_global_queue() {
                     move || {
                         hog_running.store(true, SeqCst);
                         let deadline = Instant::now() + Duration::from_secs(30);
-                        // Each try_recv is a runtime entry where a
-                        // preemption request is honoured.
-                        while !queued.load(SeqCst) || ran.load(SeqCst) == 0 {
+                        let mut last_ran = 0;
+                        loop {
+                            let before = queued.load(SeqCst);
+                            // Each try_recv is a runtime entry where a
+                            // preemption request is honoured.
                             let _ = rx.try_recv();
+                            // Others run only while the hog is off the only
+                            // P (main is parked in join): a change means it
+                            // was preempted at that try_recv, with `before`
+                            // goroutines queued ahead of it.
+                            let now = ran.load(SeqCst);
+                            if now != last_ran {
+                                if now < before {
+                                    return Err((now, before));
+                                }
+                                last_ran = now;
+                            }
+                            if now == K {
+                                return Ok(());
+                            }
                             assert!(Instant::now() < deadline, "hog never preempted");
                         }
-                        ran.load(SeqCst)
                     }
                 });
                 let spawner = std::thread::spawn({
@@ -2425,13 +2449,18 @@ fn preempted_goroutine_waits_behind_global_queue() {
                             drop(goro::spawn(move || {
                                 ran.fetch_add(1, SeqCst);
                             }));
+                            queued.fetch_add(1, SeqCst);
                         }
-                        queued.store(true, SeqCst);
                     }
                 });
-                let seen = hog.join().unwrap();
+                let r = hog.join().unwrap();
                 spawner.join().unwrap();
-                assert_eq!(seen, K, "the preempted hog ran before the global queue");
+                if let Err((ran, queued)) = r {
+                    panic!(
+                        "the preempted hog ran before the global queue: \
+                         {ran} of the {queued} goroutines queued before it had run"
+                    );
+                }
             });
         },
     );
