@@ -2034,18 +2034,31 @@ fn idle_runtime_sleeps() {
                 })
             })
             .collect();
+        // Every goroutine parked: on a loaded machine the burst may still
+        // be running after the settling time below.
+        for h in &hs {
+            common::wait_parked(h.id());
+        }
         // Let the spawn burst settle (spinning Ms give up, sysmon backs off).
         std::thread::sleep(Duration::from_millis(300));
-        let before = ctx_switches();
-        std::thread::sleep(Duration::from_secs(1));
-        let after = ctx_switches();
+        // The fewest switches in up to 3 windows of 1 s: a runtime that
+        // wakes periodically while idle switches as often in each, while a
+        // stall of a loaded machine may spill the settling into the first.
+        let mut per_s = Vec::new();
+        while per_s.len() < 3 && per_s.iter().all(|&n| n >= 30) {
+            let before = ctx_switches();
+            std::thread::sleep(Duration::from_secs(1));
+            per_s.push(ctx_switches() - before);
+        }
         drop(tx);
         for h in hs {
             h.join().unwrap();
         }
-        let per_s = after - before;
-        println!("context switches in 1 s of idleness: {per_s}");
-        assert!(per_s < 30, "{per_s} context switches in 1 s of idleness");
+        println!("context switches in 1 s of idleness: {per_s:?}");
+        assert!(
+            per_s.iter().any(|&n| n < 30),
+            "{per_s:?} context switches in seconds of idleness"
+        );
     });
 }
 
