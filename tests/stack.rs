@@ -336,6 +336,7 @@ fn overflow_child() {
                 let n = 16;
                 let (go_tx, go_rx) = chan::<()>(0);
                 let (done_tx, done_rx) = chan::<usize>(0);
+                let base = goro::num_goroutine();
                 let before = vm_rss_kib();
                 let hs: Vec<_> = (0..n)
                     .map(|_| {
@@ -359,6 +360,14 @@ fn overflow_child() {
                 }
                 for h in hs {
                     h.join().unwrap();
+                }
+                // A join returns once the result is published; the
+                // goroutine then still runs its exit path, which frees its
+                // stack right after it stops being counted. Wait for the
+                // count (a lost release stays resident and fails the
+                // parent's bound anyway).
+                while goro::num_goroutine() > base {
+                    goro::yield_now();
                 }
                 let after = vm_rss_kib();
                 eprintln!("DEEP before={before} deepest={deepest} after={after} KiB");
