@@ -998,6 +998,18 @@ pub mod __private {
         crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT);
     }
 
+    /// From another thread: asks the G running on M `m` (a [`current_m`]
+    /// token) to stop, with the request sysmon escalates to for a G that
+    /// keeps refusing in foreign code (REQ_PREEMPT_OR_DETACH): a signal
+    /// that lands outside the executable (the vDSO, libc) detaches the P
+    /// as for a blocked system call. Test hook.
+    pub fn send_preempt_or_detach_signal(m: usize) {
+        // SAFETY: a token from current_m: Ms are never freed.
+        let m = unsafe { &*(m as *const crate::m::M) };
+        crate::preempt::request_m(m, false);
+        crate::preempt::signal_m(m, crate::preempt::REQ_PREEMPT_OR_DETACH);
+    }
+
     /// Whether the M `m`'s SIGURG handler has yet to take the request
     /// [`send_preempt_signal`] stored. Test hook.
     pub fn preempt_signal_pending(m: usize) -> bool {

@@ -97,7 +97,17 @@ pub(crate) fn in_goroutine() -> bool {
 /// caller's code without a `ret` of its own after the stack switch.
 #[inline(always)]
 pub(crate) fn gopark(unlockf: Option<UnlockFn>, arg: *mut u8, reason: WaitReason) {
-    let mp = crate::m::acquirem();
+    // A runtime entry: a G that blocking detection detached since its
+    // caller checked it may park (`parkable_g`) takes its P back first.
+    // `sleep` computes its deadline in between, in the vDSO, where a
+    // REQ_PREEMPT_OR_DETACH lands and detaches; park_m then found the G
+    // in Syscall ("casgstatus: bad transition Running -> Waiting (status
+    // is 0x3)", time::ticker_concurrent_stress 7 of 60 runs pinned to one
+    // CPU beside two busy loops). A caller inside a critical section of
+    // its own (a channel's lock) cannot have been detached since it
+    // entered it (the handler refuses while m.locks != 0) and is left as
+    // it is by acquirem_with_p.
+    let mp = crate::preempt::acquirem_with_p();
     // SAFETY: on a user G, so mp is this thread's M; ours until park_m.
     let m = unsafe { &*mp };
     // SAFETY: curg is the running G (never freed).

@@ -917,6 +917,56 @@ fn timer_reset_and_stop_under_preemption() {
     });
 }
 
+/// A goroutine whose P is detached (REQ_PREEMPT_OR_DETACH: sysmon's request
+/// for a G that keeps refusing preemption in foreign code) between
+/// `sleep`'s check that it may park and the park: `sleep` reads the clock
+/// in between, in the vDSO, where that request detaches. The park must
+/// take a P back first. Before, park_m found the G in Syscall and threw
+/// "casgstatus: bad transition Running -> Waiting (status is 0x3)"
+/// (`ticker_concurrent_stress`, 7 of 60 runs pinned to one CPU beside two
+/// busy loops; this test, every run). A plain thread keeps sending the
+/// request to the sleeper's M; the scenario is shown to have happened by
+/// the detached goroutines that took a P back (bounded: 20 s).
+#[test]
+fn sleep_detached_before_it_parks() {
+    use std::sync::atomic::AtomicBool;
+    let _w = common::watchdog();
+    run(|| {
+        let m = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let (m, done) = (m.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(SeqCst) {
+                    let t = m.load(SeqCst);
+                    if t != 0 {
+                        goro::__private::send_preempt_or_detach_signal(t);
+                    }
+                    std::hint::spin_loop();
+                }
+            })
+        };
+        let before = goro::stats().reacquires_detected;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut sleeps = 0u64;
+        while (sleeps < 20_000 || goro::stats().reacquires_detected < before + 100)
+            && Instant::now() < deadline
+        {
+            m.store(goro::__private::current_m(), SeqCst);
+            sleep(Duration::from_nanos(1));
+            sleeps += 1;
+        }
+        done.store(true, SeqCst);
+        goro::blocking(|| sender.join().unwrap());
+        let detached = goro::stats().reacquires_detected - before;
+        println!("{sleeps} sleeps, {detached} detached goroutines took a P back");
+        assert!(
+            detached > 0,
+            "no detach in {sleeps} sleeps: the scenario never happened"
+        );
+    });
+}
+
 // ---------------------------------------------------------------------------
 // Ports of the timer tests Go added up to 1.23 (time/sleep_test.go,
 // time/tick_test.go).
