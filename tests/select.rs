@@ -1358,10 +1358,10 @@ fn select_after_races_completion_mixed() {
 /// wait by the goroutine's wait generation. A timeout that fires must leave
 /// the generation past every number used so far, or a later wait of the
 /// same goroutine can be handed an earlier wait's number and be timed out
-/// by that wait's stale entry. Here ten waits complete early, leaving entries
-/// due at +300 ms; one wait times out; the next waits for a value sent only
-/// after those entries are due, with a deadline far beyond, so only a stale
-/// entry could time it out.
+/// by that wait's stale entry. Here ten waits complete early, leaving
+/// entries due at +2 s (10 s under qemu); one wait times out; the next
+/// waits for a value sent only after those entries are due, with a
+/// deadline far beyond, so only a stale entry could time it out.
 #[test]
 fn stale_timeouts_never_end_a_later_wait() {
     let _w = common::watchdog();
@@ -1369,7 +1369,11 @@ fn stale_timeouts_never_end_a_later_wait() {
         let me = goro::current_id().unwrap();
         let (tx, rx) = chan::<u32>(0);
         let start = Instant::now();
-        let stale = Duration::from_millis(300);
+        // Each of the ten waits must be served before `stale` (it is not
+        // retried): long enough that a loaded, slow machine (qemu) does
+        // not time one out before its sender runs; the test's point does
+        // not depend on the length.
+        let stale = Duration::from_secs(if common::qemu() { 10 } else { 2 });
         let sender = goro::spawn(move || {
             for i in 0..10 {
                 common::wait_parked(me);
