@@ -2862,11 +2862,13 @@ static RAN_DURING_HANDLER: AtomicBool = AtomicBool::new(false);
 
 /// A user's signal handler installed without SA_ONSTACK, so it runs on
 /// the interrupted goroutine's stack, and slow (a profiler walking a deep
-/// stack): it spins until another goroutine has run, or 3 s.
+/// stack): it spins until another goroutine has run, or 10 s (the
+/// hand-off takes a few sysmon ticks, ~10-50 ms; the bound only ends a
+/// failing run, and is wide for a slow machine under qemu).
 extern "C" fn slow_usr1_handler(_: libc::c_int) {
     IN_USR1_HANDLER.store(true, SeqCst);
     let t = Instant::now();
-    while !OTHER_RAN.load(SeqCst) && t.elapsed() < Duration::from_secs(3) {
+    while !OTHER_RAN.load(SeqCst) && t.elapsed() < Duration::from_secs(10) {
         std::hint::spin_loop();
     }
     IN_USR1_HANDLER.store(false, SeqCst);
