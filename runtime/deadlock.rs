@@ -186,7 +186,7 @@ pub(crate) fn checkdead(nmidle: i32, runqsize: i32) {
             if !g.lockedm.get().is_null() {
                 return reject(2);
             }
-            match WaitReason::from_u8(g.waitreason.load(Ordering::Relaxed)) {
+            match g.wait_reason() {
                 WaitReason::Zero
                 | WaitReason::Sleep
                 | WaitReason::IoWait

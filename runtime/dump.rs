@@ -77,7 +77,7 @@ pub(crate) fn write_goroutines(out: &mut Vec<u8>, walk: bool) -> io::Result<()> 
             GStatus::Runnable => "runnable",
             GStatus::Syscall => "syscall",
             GStatus::Preempted => "preempted",
-            GStatus::Waiting => match WaitReason::from_u8(g.waitreason.load(Ordering::Relaxed)) {
+            GStatus::Waiting => match g.wait_reason() {
                 WaitReason::Zero => "waiting",
                 r => r.as_str(),
             },

@@ -217,6 +217,13 @@ impl G {
         GStatus::from_u32(self.status.load(Ordering::Acquire) & !SCAN)
     }
 
+    /// Why the G last parked (`waitreason`), a racy diagnostic read for the
+    /// dump, the deadlock check and scheddetail: meaningful while the G is
+    /// Waiting.
+    pub(crate) fn wait_reason(&self) -> crate::waitreason::WaitReason {
+        crate::waitreason::WaitReason::from_u8(self.waitreason.load(Ordering::Relaxed))
+    }
+
     /// Go's casgstatus: the only way statuses change. Throws on a lost
     /// transition (the status was not `from`: a runtime bug); debug builds
     /// also assert that the transition is a legal one. A transition out of `Waiting`

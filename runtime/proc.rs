@@ -779,7 +779,8 @@ impl Builder {
     /// lists as default spawns do (no lock, no system call). Sizes above
     /// 64 MiB are rounded up to a power of two too but not pooled: each
     /// such spawn and exit returns a stack to a global cache (one lock and
-    /// one `madvise` each), from which the next spawn of that power takes it. A size above [`crate::MAX_STACK_SIZE`] (1 TiB) makes
+    /// one `madvise` each), from which the next spawn of that power takes
+    /// it. A size above [`crate::MAX_STACK_SIZE`] (1 TiB) makes
     /// [`spawn`](Builder::spawn) return an `InvalidInput` error; a size the
     /// OS cannot map makes it return the OS error. Go's maximum goroutine
     /// stack, 1 GiB, works.

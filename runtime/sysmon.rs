@@ -1032,10 +1032,7 @@ pub(crate) fn schedtrace(uptime_ns: i64, detail: bool) {
         // reason (waitreason.String(), empty otherwise); before, goro put
         // the status's name there, which a reader of Go's output misreads.
         let reason = match st {
-            crate::g::GStatus::Waiting => {
-                crate::waitreason::WaitReason::from_u8(g.waitreason.load(Ordering::Relaxed))
-                    .as_str()
-            }
+            crate::g::GStatus::Waiting => g.wait_reason().as_str(),
             _ => "",
         };
         let _ = writeln!(

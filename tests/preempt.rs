@@ -43,7 +43,7 @@ fn child(name: &str, env: &[(&str, &str)], body: impl FnOnce()) {
 /// and its goroutine-locals): user code, where sysmon's SIGURG can preempt
 /// it and, in pinned mode, pin it to its sleeping M until it runs again.
 /// So right after a join `pinned_threads` may read 1 (CI saw it in
-/// `pinned_limit`, and under qemu in `unwinding_goroutine_keeps_its_panic_state`).
+/// `pinned_limit`, and under qemu in `park_while_unwinding_keeps_panic_state`).
 /// Yielding lets the pinned G finish. A leaked pin never returns to 0 and
 /// fails the caller's assertion after the 10 s bound: a hang detector, not
 /// a speed check.
