@@ -292,9 +292,9 @@ fn report() -> ! {
             crate::dump::write_stderr(&out);
             // GORO_TRACE's file is written at exit(); _exit skips that.
             crate::trace::stop_at_fatal();
-            // SAFETY: _exit ends the process at once (no destructors: the
-            // goroutines are stuck holding whatever they hold).
-            unsafe { libc::_exit(2) }
+            // Exit status 2 (SIGABRT under GOTRACEBACK=crash), at once:
+            // no destructors, the goroutines hold whatever they hold.
+            crate::throw::fatal_exit()
         });
     if let Ok(t) = t {
         let _ = t.join();
@@ -303,6 +303,5 @@ fn report() -> ! {
     let _ = crate::dump::write_goroutines(&mut out, false);
     crate::dump::write_stderr(&out);
     crate::trace::stop_at_fatal();
-    // SAFETY: as above.
-    unsafe { libc::_exit(2) }
+    crate::throw::fatal_exit()
 }

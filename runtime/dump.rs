@@ -349,8 +349,8 @@ pub(crate) fn init(cfg: &crate::Config) -> std::io::Result<()> {
         // GORO_TRACE's file (or a trace::start's) is written at exit();
         // _exit skips that, so write it here.
         crate::trace::stop_at_fatal();
-        // SAFETY: ends the process at once, Go's exit status for SIGQUIT.
-        unsafe { libc::_exit(2) }
+        // Go's exit status for SIGQUIT, or SIGABRT under GOTRACEBACK=crash.
+        crate::throw::fatal_exit()
     }
     if let Err(e) = crate::os::newosproc(
         "goro-dump",

@@ -211,6 +211,14 @@ pub struct Config {
     /// `crash`, or a numeric level of 1 or more) turns it on. The handler
     /// is installed only when on.
     pub dump_on_sigquit: bool,
+    /// Go's `GOTRACEBACK=crash`: the fatal reports that otherwise end the
+    /// process with exit status 2 (the SIGQUIT dump, the deadlock report)
+    /// end it with SIGABRT instead, after printing the same text, so that
+    /// the system can keep a core dump (subject to `ulimit -c`). Runtime
+    /// throws (`fatal error: …` for a broken invariant) abort either way.
+    /// Default off; `GOTRACEBACK=crash` turns it on, and with it
+    /// [`dump_on_sigquit`](Config#structfield.dump_on_sigquit).
+    pub crash_on_fatal: bool,
     /// Test knob, not API: `GODEBUG=gorosysmonrescue=0` turns off sysmon's
     /// rescue of stranded runnable Gs and overdue timers, so that a lost
     /// wake-up in the spinning protocol hangs instead of costing ~10 ms
@@ -249,6 +257,7 @@ impl Default for Config {
             scheddetail: false,
             deadlock_detection: true,
             dump_on_sigquit: false,
+            crash_on_fatal: false,
             sysmon_rescue: true,
             findrunnable_delay_us: 0,
             async_preempt_only: false,
@@ -288,6 +297,7 @@ impl Config {
             if matches!(v, "all" | "system" | "crash") || v.parse::<u32>().is_ok_and(|n| n >= 1) {
                 c.dump_on_sigquit = true;
             }
+            c.crash_on_fatal = v == "crash";
         }
         if let Ok(v) = std::env::var("GODEBUG") {
             for kv in v.split(',') {
@@ -372,6 +382,15 @@ impl Config {
     /// how much); goro only when this is on.
     pub fn dump_on_sigquit(mut self, on: bool) -> Config {
         self.dump_on_sigquit = on;
+        self
+    }
+
+    /// Ends fatal reports with SIGABRT instead of exit status 2 (default
+    /// off; Go's `GOTRACEBACK=crash`); see
+    /// [`Config::crash_on_fatal`](Config#structfield.crash_on_fatal).
+    /// Any value is valid. Does not turn on the SIGQUIT dump by itself.
+    pub fn crash_on_fatal(mut self, on: bool) -> Config {
+        self.crash_on_fatal = on;
         self
     }
 

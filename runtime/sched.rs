@@ -489,6 +489,8 @@ pub(crate) fn start(cfg: &crate::Config) -> std::io::Result<bool> {
     crate::preempt::init(cfg);
     crate::signal_unix::init(cfg.preempt || cfg.detect_blocking);
     crate::sysmon::configure(cfg);
+    // Relaxed: see CRASH_ON_FATAL (no M or report thread exists yet).
+    crate::throw::CRASH_ON_FATAL.store(cfg.crash_on_fatal, Ordering::Relaxed);
     // The steps that can fail (thread creation) come first, and every
     // step before them is idempotent: a start that failed (threads or fds
     // exhausted) can be retried.

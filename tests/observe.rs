@@ -39,6 +39,7 @@ const TESTS: &[Test] = &[
     ("dump_lists_wait_reasons", dump_lists_wait_reasons),
     ("dump_races_named_exits", dump_races_named_exits),
     ("sigquit_dump", sigquit_dump),
+    ("gotraceback_crash_aborts", gotraceback_crash_aborts),
     ("trace_file", trace_file),
     ("trace_env", trace_env),
     ("trace_syscall_handoff", trace_syscall_handoff),
@@ -141,6 +142,8 @@ fn main() {
 
 struct Out {
     code: Option<i32>,
+    /// The signal that ended the child, if one did.
+    signal: Option<i32>,
     stdout: String,
     stderr: String,
 }
@@ -165,6 +168,21 @@ fn spawn_child(name: &str, envs: &[(&str, &str)], kill_after: Option<Duration>) 
     for (k, v) in envs {
         cmd.env(k, v);
     }
+    // No core files from the children that end with SIGABRT
+    // (GOTRACEBACK=crash), under qemu-user either (it writes its own).
+    // SAFETY: setrlimit is async-signal-safe, as pre_exec requires, and
+    // gets a valid rlimit.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let zero = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &zero);
+            Ok(())
+        });
+    }
     let mut ch = cmd.spawn().expect("spawn child");
     let limit = kill_after.unwrap_or(Duration::from_secs(if common::qemu() { 120 } else { 60 }));
     let start = std::time::Instant::now();
@@ -181,6 +199,7 @@ fn spawn_child(name: &str, envs: &[(&str, &str)], kill_after: Option<Duration>) 
     let o = ch.wait_with_output().unwrap();
     let out = Out {
         code: o.status.code(),
+        signal: std::os::unix::process::ExitStatusExt::signal(&o.status),
         stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
     };
@@ -895,6 +914,45 @@ fn sigquit_dump() {
     );
     assert!(o.stderr.contains(" [sync.Mutex.Lock]:"), "{}", o.stderr);
     eprintln!("--- sample SIGQUIT dump:\n{}", o.stderr);
+}
+
+/// `GOTRACEBACK=crash` (Go's crash()): the SIGQUIT dump and the deadlock
+/// report print as before and then end the process with SIGABRT, where
+/// the default ends it with exit status 2 (sigquit_dump, deadlock_report).
+/// Before session 33 both exited with status 2.
+fn gotraceback_crash_aborts() {
+    let o = spawn_child("sigquit", &[("GOTRACEBACK", "crash")], None);
+    assert_eq!(
+        (o.code, o.signal),
+        (None, Some(libc::SIGABRT)),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr.starts_with("SIGQUIT: quit\n\ngoroutine "),
+        "{}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.contains(" [chan receive]:\n\tname: \"quit-recv\""),
+        "{}",
+        o.stderr
+    );
+    let o = spawn_child("deadlock", &[("GOTRACEBACK", "crash")], None);
+    assert_eq!(
+        (o.code, o.signal),
+        (None, Some(libc::SIGABRT)),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    assert!(
+        o.stderr
+            .starts_with("fatal error: all goroutines are asleep - deadlock!\n\ngoroutine "),
+        "{}",
+        o.stderr
+    );
 }
 
 // ---------------------------------------------------------------------------
