@@ -158,7 +158,12 @@ pub(crate) fn minit(m: &M) {
         )
     };
     if p == libc::MAP_FAILED {
-        crate::throw::throw("minit: cannot map the signal stack");
+        // On a new M before it runs anything: allocating here is fine.
+        crate::throw::throwf(format_args!(
+            "minit: cannot map the signal stack ({} KiB): {}",
+            len >> 10,
+            crate::os::last_os_error()
+        ));
     }
     // SAFETY: the lowest page of our own mapping becomes its guard.
     unsafe { libc::mprotect(p, page, libc::PROT_NONE) };
