@@ -55,8 +55,14 @@ for r in $(seq 1 "$rounds"); do
         # a $(...) subshell, which would see only its own children; the
         # server is reaped only after wrk, so it does not count.
         times >"$cputimes.0"
+        read -r st0 tot0 < <(awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t}' /proc/stat)
         out=$(wrk -t2 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/" 2>&1)
         times >"$cputimes.1"
+        read -r st1 tot1 < <(awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t}' /proc/stat)
+        # The host's steal (time this VM's vCPUs were runnable but not
+        # run) over the round, in % of all CPU time: rounds with any
+        # steal measure the host, not the server.
+        steal=$(((st1 - st0) * 100 / (tot1 - tot0 > 0 ? tot1 - tot0 : 1)))
         wrk_s=$(awk 'FNR == 2 { gsub(/[ms]/, " "); t[++n] = $1 * 60 + $2 + $3 * 60 + $4 }
             END { print t[2] - t[1] }' "$cputimes.0" "$cputimes.1")
         read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null) || gone
@@ -67,6 +73,7 @@ for r in $(seq 1 "$rounds"); do
         [ -n "$rps" ] && [ -n "$reqs" ] || { echo "http_ab: $name gave no result:" >&2; echo "$out" >&2; exit 1; }
         echo "$r $name $rps $(((u1 - u0))) $(((s1 - s0))) $reqs $wrk_s" >>"$results"
         line+=" $name=${rps%.*}"
+        [ "$steal" -eq 0 ] || line+="(steal ${steal}%)"
     done
     echo "$line" >&2
 done
