@@ -163,10 +163,19 @@ fn overflow_child() {
         "distinct_unpooled" => {
             goro::run(|| {
                 let reserved = goro::stats().stacks_reserved;
+                let base = goro::num_goroutine();
                 for k in 1..=2_000 {
                     let size = goro::MAX_POOLED_STACK_SIZE + k * 4 * KIB;
                     let h = goro::Builder::new().stack_size(size).spawn(move || k);
                     assert_eq!(h.unwrap().join().unwrap(), k);
+                    // join returns once the result is published; the G
+                    // still runs its exit path, and frees its stack just
+                    // after it leaves the count. A slow machine can stall
+                    // it there, and the next spawn would reserve another
+                    // stack: wait for it (as deep_stacks_are_released_at_exit).
+                    while goro::num_goroutine() > base {
+                        goro::yield_now();
+                    }
                 }
                 let reserved = goro::stats().stacks_reserved - reserved;
                 eprintln!("UNPOOLED reserved={reserved}");
