@@ -60,6 +60,8 @@ fn spawn_child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
     cmd.env(CHILD_ENV, name)
         .env_remove("GODEBUG")
         .env_remove("GOMAXPROCS")
+        // The watchdog's SIGQUIT below then prints every goroutine.
+        .env("GOTRACEBACK", "all")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     for (k, v) in env {
@@ -67,8 +69,10 @@ fn spawn_child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
     }
     let child = cmd.spawn().expect("re-executing the test binary");
     let limit = Duration::from_secs(if qemu() { 240 } else { 60 });
-    // A watchdog kills the child after the limit; the output is read
-    // concurrently (a child writing more than a pipe holds would block).
+    // A watchdog stops the child after the limit, first with SIGQUIT (its
+    // goroutine dump then ends the output: where a CI run hung), after
+    // 10 s more with SIGKILL; the output is read concurrently (a child
+    // writing more than a pipe holds would block).
     let pid = child.id() as i32;
     let done = Arc::new(AtomicBool::new(false));
     let hung = Arc::new(AtomicBool::new(false));
@@ -77,9 +81,13 @@ fn spawn_child(name: &str, env: &[(&str, &str)]) -> std::process::Output {
         std::thread::spawn(move || {
             let start = Instant::now();
             while !done.load(SeqCst) {
-                if start.elapsed() > limit {
-                    hung.store(true, SeqCst);
-                    // SAFETY: signalling our own child, not yet reaped.
+                if start.elapsed() > limit && !hung.swap(true, SeqCst) {
+                    // SAFETY: signalling our own child, not yet reaped
+                    // (`done` is still false).
+                    unsafe { libc::kill(pid, libc::SIGQUIT) };
+                }
+                if start.elapsed() > limit + Duration::from_secs(10) {
+                    // SAFETY: as above.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
                     return;
                 }
@@ -1168,6 +1176,14 @@ fn pinned_limit_ignores_parked_unwinders() {
         &[ONE_P, ("GODEBUG", "gorotimeslice=200,goropinnedmax=1")],
         || {
             goro::run(|| {
+                // Main takes no pin of its own when preempted: a locked G
+                // keeps its M anyway. Unlocked, main could be preempted
+                // with the hog runnable (200 µs slices under qemu), hold
+                // the one pin the limit allows, and wait for the P while
+                // every preemption of the hog was refused at that limit:
+                // the child hung (CI, session 33: 21 of 180 qemu runs, the
+                // dump showing main runnable, pinned to its M).
+                goro::lock_os_thread();
                 struct ParkOnDrop {
                     parked: goro::Sender<()>,
                     wake: goro::Receiver<()>,
