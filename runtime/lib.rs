@@ -269,7 +269,8 @@ impl Config {
     /// Defaults overridden by the environment (docs/API.md, "Environment"):
     /// `GOMAXPROCS=N` (invalid or zero values are ignored, as in Go; values
     /// above [`MAX_PROCS`] are clamped), `GOTRACEBACK=all|system|crash` or
-    /// a level of 1 or more (turns on `dump_on_sigquit`), and the `GODEBUG`
+    /// a level of 1 or more (turns on `dump_on_sigquit`; `crash` also
+    /// `crash_on_fatal`), and the `GODEBUG`
     /// keys `schedtrace=MS`, `scheddetail=1`, `asyncpreemptoff=1`,
     /// `goropreempt=migrate|pinned`, `gorotimeslice=US` (at least 100),
     /// `goropinnedmax=N` (at least 1), `gorodetect=0` and `gorodeadlock=0`.
