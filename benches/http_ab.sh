@@ -32,6 +32,8 @@ results=$(mktemp)
 srvlog=$(mktemp)
 cputimes=$(mktemp)
 trap 'rm -f "$results" "$srvlog" "$cputimes" "$cputimes".[01]' EXIT
+# All CPUs' steal time and total time so far, in ticks (/proc/stat).
+cpu_steal_total() { awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t}' /proc/stat; }
 # The server of round $r named $name is gone: say so with its output.
 gone() { echo "http_ab: round $r: $name exited; its output:" >&2; cat "$srvlog" >&2; exit 1; }
 specs=("$@")
@@ -55,10 +57,10 @@ for r in $(seq 1 "$rounds"); do
         # a $(...) subshell, which would see only its own children; the
         # server is reaped only after wrk, so it does not count.
         times >"$cputimes.0"
-        read -r st0 tot0 < <(awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t}' /proc/stat)
+        read -r st0 tot0 < <(cpu_steal_total)
         out=$(wrk -t2 -c"$conns" -d"${secs}s" "http://127.0.0.1:$port/" 2>&1)
         times >"$cputimes.1"
-        read -r st1 tot1 < <(awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $9, t}' /proc/stat)
+        read -r st1 tot1 < <(cpu_steal_total)
         # The host's steal (time this VM's vCPUs were runnable but not
         # run) over the round, in % of all CPU time: rounds with any
         # steal measure the host, not the server.

@@ -280,13 +280,7 @@ fn report_overflow(lo: usize, size: usize) -> ! {
         crate::throw::write_stderr(&["\ngoroutine ", id, " is named \"", n, "\""]);
     }
     crate::throw::write_stderr(&["\nfatal error: stack overflow\n"]);
-    // SAFETY: async-signal-safe termination; SIGABRT is never blocked by us.
-    unsafe {
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(libc::SIGABRT, &sa, core::ptr::null_mut());
-        libc::abort()
-    }
+    crate::throw::abort_default()
 }
 
 /// Passes a fault we do not own to the previous handler, or re-raises it

@@ -19,29 +19,28 @@ pub(crate) static CRASH_ON_FATAL: core::sync::atomic::AtomicBool =
     core::sync::atomic::AtomicBool::new(false);
 
 /// Ends the process after a fatal report: exit status 2 (Go's exit(2)
-/// after a fatal error), or with `crash_on_fatal` SIGABRT with its
-/// default action (Go's crash(): dieFromSignal(SIGABRT)), so that a core
-/// dump can be kept even if the program handles SIGABRT.
+/// after a fatal error), or with `crash_on_fatal` SIGABRT (Go's crash()).
 pub(crate) fn fatal_exit() -> ! {
     if CRASH_ON_FATAL.load(core::sync::atomic::Ordering::Relaxed) {
-        // SAFETY: resets SIGABRT's disposition to the default and
-        // unblocks it for this thread (plain syscalls on valid, zeroed
-        // sigaction/sigset values), then aborts: the process ends with
-        // SIGABRT whatever handler the program had installed.
-        unsafe {
-            let mut sa: libc::sigaction = core::mem::zeroed();
-            sa.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(libc::SIGABRT, &sa, core::ptr::null_mut());
-            let mut set: libc::sigset_t = core::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGABRT);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
-            libc::abort()
-        }
+        abort_default();
     }
     // SAFETY: ends the process at once, without destructors or atexit
     // handlers: goroutines are stuck holding whatever they hold.
     unsafe { libc::_exit(2) }
+}
+
+/// Ends the process with SIGABRT and its default action (Go's
+/// dieFromSignal(SIGABRT)): a handler the program installed does not run,
+/// so the system can keep a core dump. Async-signal-safe.
+pub(crate) fn abort_default() -> ! {
+    // SAFETY: resets SIGABRT's disposition (a plain syscall on a valid,
+    // zeroed sigaction), then aborts; abort(3) unblocks SIGABRT itself.
+    unsafe {
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(libc::SIGABRT, &sa, core::ptr::null_mut());
+        libc::abort()
+    }
 }
 
 /// Writes pieces to fd 2 with plain write(2): no locks, no allocation, so it

@@ -68,6 +68,16 @@ fn recurse_forever(n: u64) -> u64 {
 // ---------------------------------------------------------------------------
 // Child process side.
 
+/// Waits, yielding, until at most `base` goroutines are counted. A join
+/// returns once the result is published; the goroutine then still runs
+/// its exit path, which frees its stack right after it stops being
+/// counted.
+fn wait_exited(base: usize) {
+    while goro::num_goroutine() > base {
+        goro::yield_now();
+    }
+}
+
 /// Not a real test: does nothing unless this binary was re-executed by one of
 /// the overflow tests below with GORO_STACK_CHILD set.
 #[test]
@@ -168,14 +178,9 @@ fn overflow_child() {
                     let size = goro::MAX_POOLED_STACK_SIZE + k * 4 * KIB;
                     let h = goro::Builder::new().stack_size(size).spawn(move || k);
                     assert_eq!(h.unwrap().join().unwrap(), k);
-                    // join returns once the result is published; the G
-                    // still runs its exit path, and frees its stack just
-                    // after it leaves the count. A slow machine can stall
-                    // it there, and the next spawn would reserve another
-                    // stack: wait for it (as deep_stacks_are_released_at_exit).
-                    while goro::num_goroutine() > base {
-                        goro::yield_now();
-                    }
+                    // A slow machine can stall the G in its exit path, and
+                    // the next spawn would reserve another stack.
+                    wait_exited(base);
                 }
                 let reserved = goro::stats().stacks_reserved - reserved;
                 eprintln!("UNPOOLED reserved={reserved}");
@@ -370,14 +375,9 @@ fn overflow_child() {
                 for h in hs {
                     h.join().unwrap();
                 }
-                // A join returns once the result is published; the
-                // goroutine then still runs its exit path, which frees its
-                // stack right after it stops being counted. Wait for the
-                // count (a lost release stays resident and fails the
-                // parent's bound anyway).
-                while goro::num_goroutine() > base {
-                    goro::yield_now();
-                }
+                // A lost release stays resident and fails the parent's
+                // bound anyway.
+                wait_exited(base);
                 let after = vm_rss_kib();
                 eprintln!("DEEP before={before} deepest={deepest} after={after} KiB");
             });
